@@ -1,0 +1,143 @@
+"""Every check the project runs, as nox sessions. `uv run nox` runs the default set.
+
+Per-member sessions (`tests`, `typecheck`, `bench`) install ONLY that member, its declared
+dependencies (exact versions from `uv.lock`) and the test tools into a virtual environment of
+its own, so an import a member forgot to declare fails here instead of on a user's machine.
+`tests` and `typecheck` of the same member share that environment: building it (torch is
+large) is the slowest part of a cold run, and both sessions need exactly the same contents.
+
+    uv run nox                                   # the default set, as CI runs it
+    uv run nox -s "tests(package='replay-buffer')"
+    uv run nox -s "bench(package='rdma-tensor')" -- --quick
+    uv run nox -l                                # list every session
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).parent
+ENVS = ROOT / ".nox" / "_envs"
+
+# Workspace members: distribution name -> directory.
+MEMBERS = {
+    "replay-buffer": "packages/replay-buffer",
+    "rdma-tensor": "packages/rdma-tensor",
+    "actor-service": "packages/actor-service",
+    "dtensor-reshard": "packages/dtensor-reshard",
+    "async-grpo": "apps/async_grpo",
+}
+
+nox.options.sessions = ["lint", "typecheck", "tests", "integration", "examples"]
+nox.options.default_venv_backend = "none"
+nox.options.error_on_external_run = False
+
+
+def _export(*args: str) -> str:
+    """Pinned requirements from uv.lock (`--frozen`: never re-resolve inside a check)."""
+    cmd = ["uv", "export", "--frozen", "--no-hashes", "--no-header", *args]
+    return subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True).stdout
+
+
+def _env(session: nox.Session, name: str, *export_args: str) -> Path:
+    """A virtual environment holding `uv export <export_args>` plus the dev tools.
+
+    Rebuilt only when the requirements (and so the lock) change; the stamp file records the
+    hash of what was installed. Returns the environment's `bin` directory.
+    """
+    requirements = _export(*export_args) + _export("--only-group", "dev", "--no-emit-project")
+    digest = hashlib.sha256(requirements.encode()).hexdigest()
+    env = ENVS / name
+    stamp = env / "requirements.sha256"
+    if not (stamp.exists() and stamp.read_text() == digest):
+        shutil.rmtree(env, ignore_errors=True)
+        session.run("uv", "venv", "--quiet", "--python", sys.executable, str(env))
+        req = env / "requirements.txt"
+        req.write_text(requirements)
+        session.run(
+            "uv", "pip", "install", "--quiet", "--python", str(env / "bin" / "python"),
+            "-r", str(req),
+        )  # fmt: skip
+        stamp.write_text(digest)
+    return env / "bin"
+
+
+def _member_env(session: nox.Session, package: str) -> Path:
+    return _env(session, package, "--package", package, "--no-dev")
+
+
+def _run(session: nox.Session, bin_dir: Path, tool: str, *args: str) -> None:
+    env = {"VIRTUAL_ENV": str(bin_dir.parent), "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    session.run(str(bin_dir / tool), *args, env=env, external=True)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff check and ruff format --check over the whole tree (one configuration)."""
+    bin_dir = _env(session, "lint", "--only-group", "dev", "--no-emit-project")
+    _run(session, bin_dir, "ruff", "check", ".")
+    _run(session, bin_dir, "ruff", "format", "--check", ".")
+
+
+@nox.session
+@nox.parametrize("package", list(MEMBERS))
+def typecheck(session: nox.Session, package: str) -> None:
+    """mypy --strict on one member's src and tests, in that member's own environment."""
+    bin_dir = _member_env(session, package)
+    path = MEMBERS[package]
+    targets = [d for d in ("src", "tests", "benchmarks") if any(Path(path, d).rglob("*.py"))]
+    targets = [f"{path}/{d}" for d in targets]
+    _run(session, bin_dir, "mypy", "--config-file", "pyproject.toml", *targets)
+
+
+@nox.session
+@nox.parametrize("package", list(MEMBERS))
+def tests(session: nox.Session, package: str) -> None:
+    """One member's tests, with only that member and its declared dependencies installed."""
+    bin_dir = _member_env(session, package)
+    _run(session, bin_dir, "pytest", f"{MEMBERS[package]}/tests", *session.posargs)
+
+
+@nox.session
+def integration(session: nox.Session) -> None:
+    """Cross-package tests in `tests/`, with the whole workspace installed."""
+    bin_dir = _env(session, "workspace", "--no-dev", "--no-emit-project", "--all-packages")
+    _run(session, bin_dir, "pytest", "tests", *session.posargs)
+
+
+# Arguments that keep an example CI-sized; every other example runs as a reader would run it.
+EXAMPLE_ARGS: dict[str, list[str]] = {"09_async_rl_train.py": ["--steps", "12"]}
+
+
+@nox.session
+def examples(session: nox.Session) -> None:
+    """Runs every numbered example in `examples/` as its own process, as a reader would."""
+    bin_dir = _env(session, "workspace", "--no-dev", "--no-emit-project", "--all-packages")
+    scripts = sorted((ROOT / "examples").glob("[0-9][0-9]_*.py"))
+    if not scripts:
+        session.skip("no examples yet")
+    for script in scripts:
+        _run(session, bin_dir, "python", str(script), *EXAMPLE_ARGS.get(script.name, []))
+
+
+@nox.session
+@nox.parametrize("package", list(MEMBERS))
+def bench(session: nox.Session, package: str) -> None:
+    """Runs every script in one member's `benchmarks/` (not in the default set).
+
+    Extra arguments go to each script, e.g. `-- --quick` or `-- --json out.json`.
+    """
+    bin_dir = _member_env(session, package)
+    scripts = sorted((ROOT / MEMBERS[package] / "benchmarks").glob("*.py"))
+    if not scripts:
+        session.skip(f"{package} has no benchmarks yet")
+    for script in scripts:
+        if not script.name.startswith("_"):
+            _run(session, bin_dir, "python", str(script), *session.posargs)
