@@ -35,7 +35,7 @@ MEMBERS = {
     "async-grpo": "apps/async_grpo",
 }
 
-nox.options.sessions = ["lint", "typecheck", "tests", "integration", "examples"]
+nox.options.sessions = ["lint", "typecheck", "tests", "integration", "wheels", "examples"]
 nox.options.default_venv_backend = "none"
 nox.options.error_on_external_run = False
 
@@ -110,6 +110,42 @@ def integration(session: nox.Session) -> None:
     """Cross-package tests in `tests/`, with the whole workspace installed."""
     bin_dir = _env(session, "workspace", "--no-dev", "--no-emit-project", "--all-packages")
     _run(session, bin_dir, "pytest", "tests", *session.posargs)
+
+
+# Members whose full test suite also runs against their built wheel (the others get an
+# import check): proves a wheel carries everything its tests need, outside the workspace.
+WHEEL_TESTED = {"replay-buffer"}
+
+
+@nox.session
+def wheels(session: nox.Session) -> None:
+    """Builds a wheel per member, installs each alone (plus the sibling wheels it declares)
+    into a fresh environment with its pinned dependencies, and checks it there."""
+    dist = ROOT / ".nox" / "_wheels"
+    shutil.rmtree(dist, ignore_errors=True)
+    session.run("uv", "build", "--all-packages", "--wheel", "--quiet", "-o", str(dist))
+    for package, path in MEMBERS.items():
+        # Workspace members this one depends on appear as editable lines in the export.
+        export = _export("--package", package, "--no-dev")
+        members = [line.split("/")[-1] for line in export.splitlines() if line.startswith("-e ")]
+        names = [n for n, p in MEMBERS.items() if p.split("/")[-1] in members]
+        wheels = [str(next(dist.glob(f"{n.replace('-', '_')}-*.whl"))) for n in names]
+        env = _env(
+            session, f"wheel-{package}", "--package", package, "--no-dev", "--no-emit-workspace"
+        )
+        session.run(
+            "uv", "pip", "install", "--quiet", "--reinstall", "--no-deps",
+            "--python", str(env / "python"), *wheels,
+        )  # fmt: skip
+        module = package.replace("-", "_")
+        check = f"import {module}; assert 'site-packages' in {module}.__file__, {module}.__file__"
+        _run(session, env, "python", "-c", check)
+        if package in WHEEL_TESTED:
+            # Run from a scratch directory so `src/` can never shadow the installed wheel.
+            tmp = Path(session.create_tmp()).resolve()
+            with session.chdir(tmp):
+                _run(session, env, "pytest", "-c", str(ROOT / "pyproject.toml"),
+                     "--rootdir", str(tmp), str(ROOT / path / "tests"))  # fmt: skip
 
 
 # Arguments that keep an example CI-sized; every other example runs as a reader would run it.
