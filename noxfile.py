@@ -25,6 +25,8 @@ import nox
 
 ROOT = Path(__file__).parent
 ENVS = ROOT / ".nox" / "_envs"
+# `uv run` exports the path of its own binary; fall back to PATH when nox runs on its own.
+UV = os.environ.get("UV") or shutil.which("uv") or "uv"
 
 # Workspace members: distribution name -> directory.
 MEMBERS = {
@@ -42,7 +44,7 @@ nox.options.error_on_external_run = False
 
 def _export(*args: str) -> str:
     """Pinned requirements from uv.lock (`--frozen`: never re-resolve inside a check)."""
-    cmd = ["uv", "export", "--frozen", "--no-hashes", "--no-header", *args]
+    cmd = [UV, "export", "--frozen", "--no-hashes", "--no-header", *args]
     return subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True).stdout
 
 
@@ -58,11 +60,11 @@ def _env(session: nox.Session, name: str, *export_args: str) -> Path:
     stamp = env / "requirements.sha256"
     if not (stamp.exists() and stamp.read_text() == digest):
         shutil.rmtree(env, ignore_errors=True)
-        session.run("uv", "venv", "--quiet", "--python", sys.executable, str(env))
+        session.run(UV, "venv", "--quiet", "--python", sys.executable, str(env))
         req = env / "requirements.txt"
         req.write_text(requirements)
         session.run(
-            "uv", "pip", "install", "--quiet", "--python", str(env / "bin" / "python"),
+            UV, "pip", "install", "--quiet", "--python", str(env / "bin" / "python"),
             "-r", str(req),
         )  # fmt: skip
         stamp.write_text(digest)
@@ -123,7 +125,7 @@ def wheels(session: nox.Session) -> None:
     into a fresh environment with its pinned dependencies, and checks it there."""
     dist = ROOT / ".nox" / "_wheels"
     shutil.rmtree(dist, ignore_errors=True)
-    session.run("uv", "build", "--all-packages", "--wheel", "--quiet", "-o", str(dist))
+    session.run(UV, "build", "--all-packages", "--wheel", "--quiet", "-o", str(dist))
     for package, path in MEMBERS.items():
         # Workspace members this one depends on appear as editable lines in the export.
         export = _export("--package", package, "--no-dev")
@@ -134,7 +136,7 @@ def wheels(session: nox.Session) -> None:
             session, f"wheel-{package}", "--package", package, "--no-dev", "--no-emit-workspace"
         )
         session.run(
-            "uv", "pip", "install", "--quiet", "--reinstall", "--no-deps",
+            UV, "pip", "install", "--quiet", "--reinstall", "--no-deps",
             "--python", str(env / "python"), *wheels,
         )  # fmt: skip
         module = package.replace("-", "_")
