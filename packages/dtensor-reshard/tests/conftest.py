@@ -1,0 +1,49 @@
+"""Shared fixtures. `torch_shards`: what torch.distributed.tensor itself puts on every rank.
+
+`LocalTensorMode` (torch's single-process SPMD simulator) runs the real `distribute_tensor`
+for every rank of a mesh over a fake process group, so tests compare the planner against
+torch's own sharding code rather than a re-implementation of its rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from math import prod
+
+import pytest
+import torch
+import torch.distributed as dist
+from dtensor_reshard import Layout
+from torch.distributed._local_tensor import LocalTensor, LocalTensorMode
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import distribute_tensor
+from torch.testing._internal.distributed.fake_pg import FakeStore
+
+WORLD_SIZE = 16
+
+
+TorchShards = Callable[[Layout, torch.Tensor], list[torch.Tensor]]
+
+
+@pytest.fixture(scope="module")
+def torch_shards() -> Iterator[TorchShards]:
+    """A fake default process group (no communication) big enough for every test mesh,
+    and a function giving torch's local shards under it."""
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=WORLD_SIZE)
+    try:
+        yield _torch_local_shards
+    finally:
+        dist.destroy_process_group()
+
+
+def _torch_local_shards(layout: Layout, full: torch.Tensor) -> list[torch.Tensor]:
+    """`distribute_tensor(full, mesh, placements)`'s local tensor on each mesh rank."""
+    n = prod(layout.mesh_shape)
+    with LocalTensorMode(frozenset(range(n))):
+        mesh = DeviceMesh("cpu", torch.arange(n).reshape(layout.mesh_shape))
+        dtensor = distribute_tensor(full, mesh, list(layout.placements))
+        local = dtensor._local_tensor
+    if isinstance(local, LocalTensor):
+        return [local._local_tensors[r].clone() for r in range(n)]
+    # Every rank holds the same tensor (e.g. all-Replicate): torch does not wrap it.
+    return [local.clone() for _ in range(n)]
