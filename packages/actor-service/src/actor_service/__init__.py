@@ -1,3 +1,52 @@
-"""Load-balanced, fault-tolerant replica services on Monarch."""
+"""Load-balanced, fault-tolerant replica services on Monarch.
+
+    svc = await spawn_service(Generator, ServiceConfig(replicas=2), model_path)
+    text = await svc.generate.route(prompt)            # one healthy replica
+    await svc.update_weights.fanout(version)           # every healthy replica
+    async with svc.session() as s:                     # the same replica, turn after turn
+        await s.generate.route(turn)
+    print(svc.status())
+    await svc.shutdown()
+
+See the package README for the failure semantics.
+"""
+
+from actor_service.config import ServiceConfig
+from actor_service.endpoint import ServiceEndpoint, Session, non_idempotent
+from actor_service.errors import (
+    NoHealthyReplicaError,
+    ReplicaDiedError,
+    ReplicaStartError,
+    ServiceClosedError,
+    ServiceError,
+    ServiceOverloadedError,
+)
+from actor_service.handle import ServiceHandle
+from actor_service.metrics import ReplicaStatus, ServiceStatus
+from actor_service.routers import LeastLoaded, ReplicaView, RoundRobin, Router, Sticky
+from actor_service.service import Service, spawn_service
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "LeastLoaded",
+    "NoHealthyReplicaError",
+    "ReplicaDiedError",
+    "ReplicaStartError",
+    "ReplicaStatus",
+    "ReplicaView",
+    "RoundRobin",
+    "Router",
+    "Service",
+    "ServiceClosedError",
+    "ServiceConfig",
+    "ServiceEndpoint",
+    "ServiceError",
+    "ServiceHandle",
+    "ServiceOverloadedError",
+    "ServiceStatus",
+    "Session",
+    "Sticky",
+    "non_idempotent",
+    "spawn_service",
+]

@@ -1,0 +1,170 @@
+"""Starting, restarting and stopping replicas (through the supervisor actor)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from monarch._rust_bindings.monarch_hyperactor.supervision import SupervisionError
+from monarch.actor import Actor, ActorError, Channel, PortReceiver, as_endpoint, this_proc
+
+from actor_service._dispatch import Dispatcher
+from actor_service._supervisor import (
+    DeathNotice,
+    ReplicaSpec,
+    ReplicaSupervisor,
+    SpawnedReplica,
+)
+from actor_service.config import ServiceConfig
+from actor_service.errors import ReplicaStartError
+from actor_service.replica import Replica, ReplicaState
+
+log = logging.getLogger(__name__)
+
+
+async def wait_until_constructed(mesh: Any) -> None:
+    """Returns once the actor's `__init__` has run on every rank of `mesh`; raises
+    `ReplicaStartError` (with Monarch's report, remote traceback included) if it failed.
+
+    Monarch gives no "constructed" signal (`mesh.initialized` only means the mesh exists),
+    and the user's actor may have no side-effect-free endpoint. A message is handled only
+    after `__init__`, so we send one to a method every `Actor` has,
+    `_handle_undeliverable_message`, without its argument: an actor that was constructed
+    answers with a `TypeError` (an `ActorError`) without running anything, and one whose
+    `__init__` raised answers with a `SupervisionError`.
+    """
+    try:
+        await as_endpoint(mesh._handle_undeliverable_message).call()
+    except ActorError:
+        return
+    except SupervisionError as e:
+        raise ReplicaStartError(str(e)) from None
+
+
+class Launcher:
+    """Owns the supervisor actor; starts replicas, restarts dead ones with exponential
+    backoff up to `max_restarts`, and stops everything at shutdown."""
+
+    def __init__(
+        self,
+        config: ServiceConfig,
+        replicas: Sequence[Replica],
+        actor_cls: type[Actor],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> None:
+        self._config = config
+        self._replicas = replicas
+        self._actor_cls = actor_cls
+        self._args = args
+        self._kwargs = kwargs
+        self._generations = [0] * len(replicas)
+        self._dispatcher: Dispatcher | None = None
+        self._supervisor: Any = None
+        self._watcher: asyncio.Task[None] | None = None
+        self._stops: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    def open(self, dispatcher: Dispatcher) -> None:
+        """Spawns the supervisor in this process and starts listening to its notices."""
+        self._dispatcher = dispatcher
+        port, receiver = Channel[DeathNotice].open()
+        self._supervisor = this_proc().spawn(
+            f"{self._config.name}_supervisor", ReplicaSupervisor, port
+        )
+        self._watcher = asyncio.get_running_loop().create_task(self._watch(receiver))
+
+    async def _watch(self, receiver: PortReceiver[DeathNotice]) -> None:
+        while True:
+            notice = await receiver.recv()
+            assert self._dispatcher is not None
+            replica = self._replicas[notice.index]
+            self._dispatcher.replica_down(replica, notice.generation, notice.report)
+
+    async def start(self, replica: Replica) -> None:
+        """Starts a new generation of `replica` and attaches it; `ReplicaStartError` if it
+        cannot start within `start_timeout_s` (its processes are stopped again)."""
+        generation = self._generations[replica.index]
+        self._generations[replica.index] += 1
+        cfg = self._config
+        try:
+            async with asyncio.timeout(cfg.start_timeout_s):
+                spec = ReplicaSpec(
+                    service=cfg.name,
+                    index=replica.index,
+                    generation=generation,
+                    actor_cls=self._actor_cls,
+                    procs=cfg.procs_per_replica,
+                    with_gpus=cfg.with_gpus,
+                    args=self._args,
+                    kwargs=self._kwargs,
+                )
+                spawned: SpawnedReplica = await self._supervisor.spawn_replica.call_one(spec)
+                await wait_until_constructed(spawned.mesh)
+        except (ReplicaStartError, SupervisionError, ActorError, TimeoutError) as e:
+            self._stop_later(replica.index, generation)
+            reason = "timed out" if isinstance(e, TimeoutError) else str(e)
+            raise ReplicaStartError(
+                f"service {cfg.name}: replica {replica.index} (generation {generation}) of "
+                f"{self._actor_cls.__name__} failed to start: {reason}"
+            ) from None
+        replica.attach(generation, spawned.mesh, spawned.pids)
+
+    def restart_later(self, replica: Replica) -> None:
+        """Called when `replica` died: stops its dead processes and, if it still has restart
+        budget, restarts it in the background."""
+        self._stop_later(replica.index, replica.generation)
+        if replica.state is ReplicaState.RESTARTING and not self._closed:
+            replica.restart_task = asyncio.get_running_loop().create_task(self._restart(replica))
+
+    async def _restart(self, replica: Replica) -> None:
+        cfg = self._config
+        assert self._dispatcher is not None
+        while replica.counters.restarts < cfg.max_restarts:
+            delay = cfg.restart_backoff_s * 2**replica.counters.restarts
+            await asyncio.sleep(min(delay, cfg.restart_backoff_max_s))
+            replica.counters.restarts += 1
+            try:
+                await self.start(replica)
+            except ReplicaStartError as e:
+                replica.last_error = str(e)
+                log.warning("%s", e)
+                continue
+            self._dispatcher.replica_up(replica)
+            return
+        replica.state = ReplicaState.FAILED
+        self._dispatcher.check_hopeless()
+
+    def _stop_later(self, index: int, generation: int) -> None:
+        task = asyncio.get_running_loop().create_task(self._stop(index, generation))
+        self._stops.add(task)
+        task.add_done_callback(self._stops.discard)
+
+    async def _stop(self, index: int, generation: int) -> None:
+        try:
+            await self._supervisor.stop_replica.call_one(index, generation)
+        except Exception as e:  # a dead mesh may fail to stop cleanly; nothing to undo
+            log.debug("stopping replica %d/%d: %s", index, generation, e)
+
+    async def close(self) -> None:
+        """Cancels pending restarts, stops every replica process, then the supervisor."""
+        self._closed = True
+        restarts = [r.restart_task for r in self._replicas if r.restart_task is not None]
+        for task in [*restarts, self._watcher]:
+            if task is not None:
+                task.cancel()
+        for task in [*restarts, self._watcher]:
+            if task is not None:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if self._supervisor is None:
+            return
+        if self._stops:
+            await asyncio.gather(*self._stops, return_exceptions=True)
+        await self._supervisor.stop_all.call_one()
+        for replica in self._replicas:
+            replica.state = ReplicaState.STOPPED
+        await self._supervisor.stop()

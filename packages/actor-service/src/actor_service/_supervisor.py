@@ -1,0 +1,126 @@
+"""The actor that owns every replica's process mesh, so that it receives their failures.
+
+Monarch reports a failure to the owner of the failed mesh, and a failure no owner handles
+exits the controller. Spawning the replica meshes from this actor (which runs inside the
+service's own process) makes it their owner: its `__supervise__` handles every failure and
+forwards a `DeathNotice` to the service through a port. Calls do not pass through it; the
+service calls the replica meshes directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from monarch.actor import (
+    Actor,
+    MeshFailure,
+    Port,
+    ProcMesh,
+    current_rank,
+    endpoint,
+    this_host,
+)
+from monarch.actor.concurrent import concurrent_endpoint
+
+
+@dataclass(frozen=True)
+class DeathNotice:
+    """Replica `index`, started as `generation`, failed; `report` is Monarch's account."""
+
+    index: int
+    generation: int
+    report: str
+
+
+@dataclass(frozen=True)
+class ReplicaSpec:
+    """What to start: generation `generation` of replica `index` of service `service`, a
+    mesh of `procs` processes running `actor_cls(*args, **kwargs)`."""
+
+    service: str
+    index: int
+    generation: int
+    actor_cls: type[Actor]
+    procs: int
+    with_gpus: bool
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class SpawnedReplica:
+    """A started replica: the user's actor mesh and the pid of each of its processes."""
+
+    mesh: Any
+    pids: tuple[int, ...]
+
+
+class ReplicaAgent(Actor):
+    """Runs beside the user's actor in every replica process, to report its pid."""
+
+    @endpoint
+    async def pid(self) -> int:
+        return os.getpid()
+
+
+def pin_gpu(first_gpu: int) -> None:
+    """Bootstrap of a replica process: it sees one GPU, `first_gpu` + its rank."""
+    os.environ["CUDA_VISIBLE_DEVICES"] = str(first_gpu + current_rank().rank)
+
+
+class ReplicaSupervisor(Actor):
+    """Spawns and stops replica meshes; reports their deaths to `notices`."""
+
+    def __init__(self, notices: Port[DeathNotice]) -> None:
+        self._notices = notices
+        self._procs: dict[tuple[int, int], ProcMesh] = {}
+        self._owners: dict[str, tuple[int, int]] = {}
+
+    # Concurrent, so that replicas start in parallel and a slow stop never delays a restart.
+    @concurrent_endpoint
+    async def spawn_replica(self, spec: ReplicaSpec) -> SpawnedReplica:
+        dim = "gpus" if spec.with_gpus else "procs"
+        first_gpu = spec.index * spec.procs
+        bootstrap = functools.partial(pin_gpu, first_gpu) if spec.with_gpus else None
+        proc_mesh = this_host().spawn_procs(
+            per_host={dim: spec.procs}, bootstrap=bootstrap, name=f"{spec.service}_r{spec.index}"
+        )
+        key = (spec.index, spec.generation)
+        self._procs[key] = proc_mesh
+        tag = f"r{spec.index}g{spec.generation}"
+        mesh: Any = proc_mesh.spawn(
+            f"{spec.service}_{tag}", spec.actor_cls, *spec.args, **spec.kwargs
+        )
+        agent: Any = proc_mesh.spawn(f"{spec.service}_agent_{tag}", ReplicaAgent)
+        for spawned in (mesh, agent):
+            self._owners[await spawned._name] = key
+        pids = await agent.pid.call()
+        return SpawnedReplica(mesh, tuple(pid for _, pid in pids.items()))
+
+    @concurrent_endpoint
+    async def stop_replica(self, index: int, generation: int) -> None:
+        await self._stop((index, generation))
+
+    @concurrent_endpoint
+    async def stop_all(self) -> None:
+        await asyncio.gather(*(self._stop(key) for key in list(self._procs)))
+
+    async def _stop(self, key: tuple[int, int]) -> None:
+        proc_mesh = self._procs.pop(key, None)
+        for name in [n for n, owner in self._owners.items() if owner == key]:
+            del self._owners[name]
+        if proc_mesh is not None:
+            await proc_mesh.stop()
+
+    def __supervise__(self, failure: MeshFailure) -> bool:
+        owner = self._owners.get(failure.mesh_name)
+        if owner is not None:
+            self._notices.send(DeathNotice(owner[0], owner[1], failure.report()))
+        # Handled either way: everything this actor owns is a replica the service manages
+        # (a mesh not in `_owners` is Monarch's per-process logger or an already-stopped
+        # replica), and an unhandled failure would exit the controller.
+        return True

@@ -1,0 +1,123 @@
+"""`ServiceConfig`: how many replicas, how they are loaded, and how failures are handled."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from actor_service.routers import Router, Sticky
+
+
+def _default_router() -> Router:
+    return Sticky()
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    """Configuration of one service. Every field is checked on construction; a bad value
+    raises `ValueError` naming the field.
+
+    Sizes:
+        replicas: number of replicas, each its own process mesh.
+        procs_per_replica: processes in each replica's mesh. Every call is sent to all of
+            them (SPMD) and `route` returns rank 0's result.
+        with_gpus: pin one GPU per process: process `r` of replica `i` sees only GPU
+            `i * procs_per_replica + r` (through CUDA_VISIBLE_DEVICES, set before the actor
+            starts), on the same GPUs again after a restart.
+
+    Load:
+        max_in_flight_per_replica: requests sent to one replica at once. Monarch runs a
+            plain endpoint one message at a time, so 2 (one running, one waiting in the
+            mailbox) keeps a replica busy; raise it for `@concurrent_endpoint` actors. The
+            rest wait in the controller, where a replica's death cannot lose them.
+        max_queued: requests waiting for a slot, service-wide. When that many wait, `route`
+            raises `ServiceOverloadedError` instead of queueing more (back-pressure).
+        router: picks a replica per request. The service works on a copy, so one config
+            can serve several services. Sessions need a router with `supports_sessions`.
+
+    Failures:
+        max_retries: how many times an idempotent request that was in flight on a replica
+            that died is sent again (to another healthy replica). 0 turns retries off.
+        non_idempotent: endpoint names that are never re-sent after being in flight on a
+            replica that died; the caller gets `ReplicaDiedError` instead. (The
+            `@non_idempotent` decorator on the actor declares the same thing.)
+        max_restarts: restarts per replica over the service's life; after that the replica
+            stays down and the service serves with the others.
+        restart_backoff_s: delay before a replica's first restart; doubles with each restart
+            of that replica, up to `restart_backoff_max_s`.
+        no_healthy_timeout_s: how long a call waits for a healthy replica before raising
+            `NoHealthyReplicaError` (it raises at once if no replica can come back).
+        start_timeout_s: how long one replica may take to spawn and run `__init__`.
+        drain_timeout_s: at `shutdown()`, how long accepted calls get to finish.
+
+    name: names the service in errors, `status()` and Monarch's actor names.
+    """
+
+    replicas: int = 1
+    procs_per_replica: int = 1
+    with_gpus: bool = False
+    max_in_flight_per_replica: int = 2
+    max_queued: int = 10_000
+    router: Router = field(default_factory=_default_router)
+    max_retries: int = 2
+    non_idempotent: tuple[str, ...] = ()
+    max_restarts: int = 3
+    restart_backoff_s: float = 0.5
+    restart_backoff_max_s: float = 30.0
+    no_healthy_timeout_s: float = 30.0
+    start_timeout_s: float = 300.0
+    drain_timeout_s: float = 10.0
+    name: str = "service"
+
+    def __post_init__(self) -> None:
+        def need(ok: bool, name: str, rule: str) -> None:
+            if not ok:
+                raise ValueError(
+                    f"ServiceConfig.{name} must be {rule}, got {getattr(self, name)!r}"
+                )
+
+        for name in ("replicas", "procs_per_replica", "max_in_flight_per_replica"):
+            value = getattr(self, name)
+            need(isinstance(value, int) and value >= 1, name, "an int >= 1")
+        for name in ("max_queued", "max_retries", "max_restarts"):
+            value = getattr(self, name)
+            need(isinstance(value, int) and value >= 0, name, "an int >= 0")
+        for name in (
+            "restart_backoff_s",
+            "restart_backoff_max_s",
+            "no_healthy_timeout_s",
+            "start_timeout_s",
+            "drain_timeout_s",
+        ):
+            value = getattr(self, name)
+            ok = isinstance(value, int | float) and math.isfinite(value) and value > 0
+            need(ok, name, "a finite number > 0 (seconds)")
+        need(
+            self.restart_backoff_max_s >= self.restart_backoff_s,
+            "restart_backoff_max_s",
+            f">= restart_backoff_s ({self.restart_backoff_s})",
+        )
+        need(isinstance(self.router, Router), "router", "a Router (an object with pick)")
+        names: object = self.non_idempotent
+        need(
+            isinstance(names, tuple) and all(isinstance(n, str) for n in names),
+            "non_idempotent",
+            "a tuple of endpoint names",
+        )
+        need(self.name.isidentifier(), "name", "a Python identifier")
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> ServiceConfig:
+        """Builds a config from plain values (e.g. a parsed TOML table); an unknown key is an
+        error that lists the known ones. `non_idempotent` may be given as a list."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown ServiceConfig keys {unknown}; known: {sorted(known)}")
+        kwargs = dict(values)
+        if isinstance(kwargs.get("non_idempotent"), list):
+            kwargs["non_idempotent"] = tuple(kwargs["non_idempotent"])
+        return cls(**kwargs)

@@ -1,0 +1,101 @@
+"""The controller's record of one replica slot: its state, its load and its queue."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from collections import deque
+from collections.abc import Awaitable
+from typing import Any
+
+from actor_service._request import Request
+from actor_service.metrics import ReplicaCounters, ReplicaStatus
+
+
+class ReplicaState(enum.Enum):
+    STARTING = "starting"
+    HEALTHY = "healthy"
+    RESTARTING = "restarting"
+    FAILED = "failed"
+    STOPPED = "stopped"
+
+
+class Replica:
+    """Slot `index` of a service. A restart puts a new process mesh in the same slot under
+    a new `generation`; counters and the slot's GPUs carry over.
+
+    `in_flight` and `queued` are what routers read (see `routers.ReplicaView`).
+    """
+
+    def __init__(self, index: int, max_in_flight: int, procs: int, mesh_dim: str) -> None:
+        self.index = index
+        self.max_in_flight = max_in_flight
+        self.generation = -1
+        self.state = ReplicaState.STARTING
+        self.mesh: Any = None
+        self.pids: tuple[int, ...] = ()
+        self.active: set[Request] = set()
+        self.backlog: deque[Request] = deque()
+        self.counters = ReplicaCounters()
+        self.last_error: str | None = None
+        self.restart_task: asyncio.Task[None] | None = None
+        self._rank0 = {mesh_dim: 0}
+        self._single = procs == 1
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.active)
+
+    @property
+    def queued(self) -> int:
+        return len(self.backlog)
+
+    @property
+    def healthy(self) -> bool:
+        return self.state is ReplicaState.HEALTHY
+
+    @property
+    def has_slot(self) -> bool:
+        return len(self.active) < self.max_in_flight
+
+    def attach(self, generation: int, mesh: Any, pids: tuple[int, ...]) -> None:
+        """A freshly started mesh now serves this slot."""
+        self.generation = generation
+        self.mesh = mesh
+        self.pids = pids
+        self.state = ReplicaState.HEALTHY
+
+    def invoke(self, endpoint: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Sends one call to the replica's mesh; an awaitable of the endpoint's result.
+
+        A multi-process replica runs the call on every rank (SPMD) and answers with rank
+        0's result.
+        """
+        port = getattr(self.mesh, endpoint)
+        if self._single:
+            return port.call_one(*args, **kwargs)
+        return self._first_rank(port.call(*args, **kwargs))
+
+    async def _first_rank(self, values: Awaitable[Any]) -> Any:
+        return (await values).item(**self._rank0)
+
+    def status(self) -> ReplicaStatus:
+        p50, p99 = self.counters.latency_percentiles()
+        return ReplicaStatus(
+            index=self.index,
+            state=self.state.value,
+            generation=self.generation,
+            pids=self.pids if self.healthy else (),
+            in_flight=self.in_flight,
+            queued=self.queued,
+            completed=self.counters.completed,
+            failed=self.counters.failed,
+            lost=self.counters.lost,
+            restarts=self.counters.restarts,
+            p50_ms=p50,
+            p99_ms=p99,
+            last_error=self.last_error,
+        )
+
+    def __repr__(self) -> str:
+        return f"Replica({self.index}, {self.state.value}, gen={self.generation})"

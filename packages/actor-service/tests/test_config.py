@@ -1,0 +1,54 @@
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from actor_service import RoundRobin, ServiceConfig
+
+
+def test_defaults_are_valid_and_routers_are_per_config() -> None:
+    a, b = ServiceConfig(), ServiceConfig()
+    assert a.replicas == 1
+    assert a.router is not b.router
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("replicas", 0),
+        ("procs_per_replica", -1),
+        ("max_in_flight_per_replica", 0),
+        ("max_queued", -1),
+        ("max_retries", 1.5),
+        ("max_restarts", -2),
+        ("restart_backoff_s", 0),
+        ("no_healthy_timeout_s", float("inf")),
+        ("start_timeout_s", -1.0),
+        ("drain_timeout_s", "1s"),
+        ("router", "round_robin"),
+        ("non_idempotent", ["charge"]),
+        ("name", "my service"),
+    ],
+)
+def test_bad_values_name_the_field(field: str, value: object) -> None:
+    with pytest.raises(ValueError, match=f"ServiceConfig.{field} must be"):
+        ServiceConfig(**{field: value})  # type: ignore[arg-type]
+
+
+def test_backoff_cap_must_not_be_below_the_first_delay() -> None:
+    with pytest.raises(ValueError, match="restart_backoff_max_s"):
+        ServiceConfig(restart_backoff_s=2.0, restart_backoff_max_s=1.0)
+
+
+def test_from_dict_rejects_unknown_keys_and_accepts_lists() -> None:
+    cfg = ServiceConfig.from_dict({"replicas": 3, "non_idempotent": ["charge"]})
+    assert cfg.replicas == 3
+    assert cfg.non_idempotent == ("charge",)
+    with pytest.raises(ValueError, match=r"unknown ServiceConfig keys \['replica'\]"):
+        ServiceConfig.from_dict({"replica": 3})
+
+
+def test_config_is_frozen() -> None:
+    cfg = ServiceConfig(router=RoundRobin())
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.replicas = 4  # type: ignore[misc]
