@@ -45,7 +45,7 @@ def _normalize_placement(p: object, ndim: int) -> Placement:
     if type(p) is Shard:
         dim = p.dim
         if not -ndim <= dim < ndim:
-            raise ReshardError(f"{p} is out of range for a {ndim}-dimensional tensor")
+            raise ReshardError(f"{p!r} is out of range for a {ndim}-dimensional tensor")
         return Shard(dim % ndim)
     raise ReshardError(
         f"unsupported placement {p!r}: a Layout accepts torch.distributed.tensor Shard(dim) "

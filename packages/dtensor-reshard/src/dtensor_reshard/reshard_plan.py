@@ -1,0 +1,169 @@
+"""`ReshardPlan`: the plans for a set of named tensors (a state dict) between two meshes.
+
+Both sides build the same `ReshardPlan` from the same layouts (plans are deterministic), so
+they agree without messages on where every piece sits in a source's staging buffer: per
+source rank and dtype one flat buffer, laid out by destination rank, then tensor name, then
+piece. Each destination therefore reads one contiguous range per (source rank, dtype).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import torch
+
+from dtensor_reshard.errors import ReshardError
+from dtensor_reshard.layout import Layout
+from dtensor_reshard.planner import Piece, TransferPlan, plan
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One remote piece's place in a staging buffer.
+
+    Attributes:
+        name: the tensor it belongs to.
+        dst_rank: the destination rank that reads it.
+        piece: the piece (boxes in source- and destination-local coordinates).
+        offset: element offset in the source rank's staging buffer for `piece`'s dtype.
+    """
+
+    name: str
+    dst_rank: int
+    piece: Piece
+    offset: int
+
+
+@dataclass(frozen=True)
+class ReshardPlan:
+    """Plans for named tensors that all move from one source mesh to one destination mesh.
+
+    Attributes:
+        plans: (name, plan) pairs sorted by name; every plan has the same source and
+            destination rank counts.
+        colocated: whether the plans were made with `colocated=True`.
+    """
+
+    plans: tuple[tuple[str, TransferPlan], ...]
+    colocated: bool = False
+    _slots: dict[tuple[int, torch.dtype], tuple[Slot, ...]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        if not self.plans:
+            raise ReshardError("a ReshardPlan needs at least one tensor")
+        names = [n for n, _ in self.plans]
+        if names != sorted(set(names)):
+            raise ReshardError("ReshardPlan tensor names must be unique and sorted")
+        counts = {(p.src.num_ranks, p.dst.num_ranks) for _, p in self.plans}
+        if len(counts) != 1:
+            raise ReshardError(f"all tensors must share the two meshes' rank counts, got {counts}")
+        # One pass in (destination rank, name, piece) order lays out every source's buffers.
+        used: dict[tuple[int, torch.dtype], int] = {}
+        slots: dict[tuple[int, torch.dtype], list[Slot]] = {}
+        for dst_rank in range(self.num_dst_ranks):
+            for name, p in self.plans:
+                for piece in p.pieces[dst_rank]:
+                    if piece.local:
+                        continue
+                    key = (piece.src_rank, p.src.dtype)
+                    offset = used.get(key, 0)
+                    slots.setdefault(key, []).append(Slot(name, dst_rank, piece, offset))
+                    used[key] = offset + piece.numel
+        self._slots.update((key, tuple(v)) for key, v in slots.items())
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(n for n, _ in self.plans)
+
+    @property
+    def num_src_ranks(self) -> int:
+        return self.plans[0][1].src.num_ranks
+
+    @property
+    def num_dst_ranks(self) -> int:
+        return self.plans[0][1].dst.num_ranks
+
+    def __getitem__(self, name: str) -> TransferPlan:
+        for n, p in self.plans:
+            if n == name:
+                return p
+        raise KeyError(name)
+
+    @property
+    def fingerprint(self) -> str:
+        """A digest of every layout: two sides with equal fingerprints hold the same plan."""
+        text = repr([(n, p.src, p.dst) for n, p in self.plans]) + repr(self.colocated)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def dtypes(self, src_rank: int) -> tuple[torch.dtype, ...]:
+        """The dtypes for which `src_rank` stages anything, in a fixed order."""
+        found = {dtype for (rank, dtype) in self._slots if rank == src_rank}
+        return tuple(sorted(found, key=str))
+
+    def slots(self, src_rank: int, dtype: torch.dtype) -> tuple[Slot, ...]:
+        """Everything `src_rank` stages for `dtype`, back to back from offset 0."""
+        return self._slots.get((src_rank, dtype), ())
+
+    def staging_numel(self, src_rank: int, dtype: torch.dtype) -> int:
+        return sum(s.piece.numel for s in self.slots(src_rank, dtype))
+
+    def reads(self, src_rank: int, dtype: torch.dtype, dst_rank: int) -> tuple[Slot, ...]:
+        """The slots one destination reads from one source: a contiguous range."""
+        return tuple(s for s in self.slots(src_rank, dtype) if s.dst_rank == dst_rank)
+
+    @property
+    def bytes_moved(self) -> int:
+        return sum(p.bytes_moved for _, p in self.plans)
+
+
+def _name(item: tuple[str, Layout]) -> str:
+    return item[0]
+
+
+class PlanCache:
+    """Plans per tensor, kept across versions: a tensor's plan is computed once per pair of
+    layouts, and an unchanged state dict gets back the very same `ReshardPlan` object.
+
+    Attributes:
+        computed: how many per-tensor plans were computed (not served from the cache).
+    """
+
+    def __init__(self) -> None:
+        self._per_tensor: dict[tuple[Layout, Layout, bool], TransferPlan] = {}
+        self._last: tuple[object, ReshardPlan] | None = None
+        self.computed = 0
+
+    def get(
+        self, src: Mapping[str, Layout], dst: Mapping[str, Layout], *, colocated: bool = False
+    ) -> ReshardPlan:
+        """The plan for moving every tensor named in `src` to the layout named in `dst`.
+
+        Raises `ReshardError` when the two mappings do not name the same tensors, or a
+        tensor's shapes or dtypes differ between them.
+        """
+        if set(src) != set(dst):
+            missing, extra = sorted(set(src) - set(dst)), sorted(set(dst) - set(src))
+            raise ReshardError(
+                f"source and destination name different tensors: only in source {missing}, "
+                f"only in destination {extra}"
+            )
+        key = (sorted(src.items(), key=_name), sorted(dst.items(), key=_name), colocated)
+        if self._last is not None and self._last[0] == key:
+            return self._last[1]
+        plans = []
+        for name in sorted(src):
+            pair = (src[name], dst[name], colocated)
+            if pair not in self._per_tensor:
+                try:
+                    self._per_tensor[pair] = plan(src[name], dst[name], colocated=colocated)
+                except ReshardError as e:
+                    raise ReshardError(f"tensor {name!r}: {e}") from None
+                self.computed += 1
+            plans.append((name, self._per_tensor[pair]))
+        result = ReshardPlan(tuple(plans), colocated=colocated)
+        self._last = (key, result)
+        return result
