@@ -1,0 +1,142 @@
+"""Same-machine CPU transport: the reader maps the owner's shared-memory file.
+
+Owner side: torch moves a storage into an *unlinked* shared-memory file and keeps its
+descriptor open (`UntypedStorage._share_fd_cpu_`, the mechanism behind
+`torch.multiprocessing`). Nothing is ever named in /dev/shm, so nothing can leak, not even
+after SIGKILL: the kernel frees the memory once the last descriptor and mapping are gone.
+
+Reader side: `open("/proc/<pid>/fd/<fd>")` yields the same file; we map it read-only with
+MAP_POPULATE and cache the mapping, so repeated reads pay neither `mmap` nor page faults.
+The same descriptor carries `flock` leases that staging slots use (see `staging.py`); the
+kernel drops a lease when its holder dies.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import mmap
+import os
+import warnings
+from dataclasses import dataclass
+
+import torch
+
+from rdma_tensor._owner import FdRef, ProcessRef, fd_matches, fd_ref
+from rdma_tensor.errors import PublisherDiedError, TransportError
+
+
+@dataclass(frozen=True)
+class ShmRegion:
+    """`nbytes` bytes at `byte_offset` of a shared-memory file of `file_nbytes` bytes."""
+
+    file: FdRef
+    file_nbytes: int
+    byte_offset: int
+    nbytes: int
+
+
+def export_cpu(tensor: torch.Tensor) -> ShmRegion:
+    """Moves `tensor`'s storage into shared memory in place (no-op if it already is there).
+
+    Every view of the storage follows the move, as with `Tensor.share_memory_()`.
+    """
+    fd, size = tensor.untyped_storage()._share_fd_cpu_()
+    return ShmRegion(
+        file=fd_ref(fd),
+        file_nbytes=size,
+        byte_offset=tensor.storage_offset() * tensor.element_size(),
+        nbytes=tensor.numel() * tensor.element_size(),
+    )
+
+
+def new_segment(nbytes: int) -> torch.Tensor:
+    """A zero-filled 1-D uint8 tensor in shared memory; zeroing faults every page in now."""
+    storage = torch.UntypedStorage._new_using_fd_cpu(nbytes)
+    segment = torch.empty(0, dtype=torch.uint8).set_(storage)
+    segment.zero_()
+    return segment
+
+
+class _Mapping:
+    def __init__(self, fd: int, mm: mmap.mmap, data: torch.Tensor) -> None:
+        self.fd = fd
+        self.mm = mm
+        self.data = data
+
+    def release(self) -> None:
+        # Dropping the tensor and the mmap object unmaps; the memory is freed once the owner
+        # has let go as well.
+        del self.data
+        del self.mm
+        os.close(self.fd)
+
+
+_mappings: dict[tuple[ProcessRef, FdRef], _Mapping] = {}
+
+
+def _sweep() -> None:
+    """Releases mappings whose owner closed the file or died, so their memory can go."""
+    for key in [k for k in _mappings if not fd_matches(*k)]:
+        _mappings.pop(key).release()
+
+
+def _open(owner: ProcessRef, region: ShmRegion) -> _Mapping:
+    path = f"/proc/{owner.pid}/fd/{region.file.fd}"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise PublisherDiedError(
+            f"shared memory of pid {owner.pid} is gone ({path} does not exist): "
+            "the owner closed it or died"
+        ) from None
+    except PermissionError as e:
+        raise TransportError(
+            f"cannot open {path} ({e}); this kernel forbids mapping another process's "
+            "memory; force RDMA with RDMA_TENSOR_TRANSPORT=rdma"
+        ) from None
+    opened = fd_ref(fd)
+    if (opened.dev, opened.ino) != (region.file.dev, region.file.ino):
+        os.close(fd)
+        raise PublisherDiedError(f"pid {owner.pid} no longer holds the shared-memory file")
+    flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+    mm = mmap.mmap(fd, region.file_nbytes, flags=flags, prot=mmap.PROT_READ)
+    with warnings.catch_warnings():
+        # Read-only by construction; torch warns that it cannot mark the tensor read-only.
+        warnings.simplefilter("ignore", UserWarning)
+        data = torch.frombuffer(mm, dtype=torch.uint8)
+    return _Mapping(fd, mm, data)
+
+
+def local_view(owner: ProcessRef, region: ShmRegion) -> tuple[torch.Tensor, int]:
+    """A read-only uint8 view of `region` in this process, and the descriptor for leases."""
+    key = (owner, region.file)
+    mapping = _mappings.get(key)
+    if mapping is None:
+        _sweep()
+        mapping = _mappings[key] = _open(owner, region)
+    view = mapping.data[region.byte_offset : region.byte_offset + region.nbytes]
+    return view, mapping.fd
+
+
+def forget(owner: ProcessRef) -> None:
+    """Releases every mapping of `owner` (after it closed or died)."""
+    for key in [k for k in _mappings if k[0] == owner]:
+        _mappings.pop(key).release()
+
+
+def mapped_bytes() -> int:
+    """Total bytes this process has mapped from other owners (for tests and leak checks)."""
+    return sum(m.data.numel() for m in _mappings.values())
+
+
+def try_lock(fd: int, *, exclusive: bool) -> bool:
+    """A non-blocking `flock`; False if a conflicting lock is held."""
+    try:
+        fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def unlock(fd: int) -> None:
+    fcntl.flock(fd, fcntl.LOCK_UN)
