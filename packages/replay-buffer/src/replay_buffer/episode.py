@@ -1,0 +1,130 @@
+"""The unit the buffer stores: one scored response to one prompt."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+GroupId = int | str
+"""Identifies the GRPO group (the responses to one prompt) an episode belongs to."""
+
+
+@dataclass(frozen=True, kw_only=True, eq=False, slots=True)
+class Episode:
+    """One scored response to one prompt, tagged with the policy version that produced it.
+
+    Every field is checked on construction; a bad field raises `TypeError` or `ValueError`
+    naming it, so a malformed episode never reaches the buffer. Tensors are stored as given
+    (no copy); treat them as read-only once the episode exists. Equality is identity: two
+    episodes with equal contents are still two episodes.
+
+    Attributes:
+        prompt_ids: token ids of the prompt, shape `(P,)`, dtype `torch.long`, `P >= 1`.
+        response_ids: token ids the behaviour policy generated, shape `(R,)`, dtype
+            `torch.long`, `R >= 1`.
+        behavior_logprobs: natural-log probability of each response token under the policy
+            that generated it, shape `(R,)` (same length as `response_ids`), dtype
+            `torch.float32`, every value finite and `<= 0`, not requiring grad. The trainer
+            needs them for the importance ratio of off-policy (stale) data.
+        reward: scalar score of the response (finite; units are the reward function's).
+        advantage: the reward's advantage over its baseline, e.g. the group-normalised reward
+            in GRPO (finite). The prioritized sampling policy weighs episodes by
+            `|advantage|`.
+        policy_version: version of the policy weights that generated the response, an
+            integer `>= 0` counted in trainer updates. Its age at sampling time is
+            `curr_policy_version - policy_version`.
+        group_id: the group this episode belongs to (responses to the same prompt), `int` or
+            `str`; required when the buffer keeps groups whole (`group_size` set).
+        metadata: free-form extras (task name, prompt text, ...); the buffer never reads it.
+    """
+
+    prompt_ids: torch.Tensor
+    response_ids: torch.Tensor
+    behavior_logprobs: torch.Tensor
+    reward: float
+    advantage: float
+    policy_version: int
+    group_id: GroupId | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _check_token_ids("prompt_ids", self.prompt_ids)
+        _check_token_ids("response_ids", self.response_ids)
+        _check_logprobs(self.behavior_logprobs, len(self.response_ids))
+        # Normalise ints (and float subclasses such as numpy.float64) to plain floats.
+        object.__setattr__(self, "reward", _finite_float("reward", self.reward))
+        object.__setattr__(self, "advantage", _finite_float("advantage", self.advantage))
+        check_version("Episode.policy_version", self.policy_version)
+        if self.group_id is not None and (
+            isinstance(self.group_id, bool) or not isinstance(self.group_id, int | str)
+        ):
+            raise TypeError(
+                f"Episode.group_id must be an int, a str or None, "
+                f"got {type(self.group_id).__name__}"
+            )
+        if not isinstance(self.metadata, dict):
+            raise TypeError(f"Episode.metadata must be a dict, got {type(self.metadata).__name__}")
+
+    @property
+    def num_tokens(self) -> int:
+        """Prompt plus response length, in tokens."""
+        return len(self.prompt_ids) + len(self.response_ids)
+
+
+def check_version(name: str, version: object) -> int:
+    """Returns `version` if it is an int `>= 0` (bools refused), else raises naming `name`."""
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise TypeError(f"{name} must be an int, got {type(version).__name__}")
+    if version < 0:
+        raise ValueError(f"{name} must be >= 0, got {version}")
+    return version
+
+
+def _check_token_ids(name: str, ids: object) -> None:
+    if not isinstance(ids, torch.Tensor):
+        raise TypeError(f"Episode.{name} must be a torch.Tensor, got {type(ids).__name__}")
+    if ids.dim() != 1:
+        raise ValueError(f"Episode.{name} must be 1-D, got shape {tuple(ids.shape)}")
+    if ids.dtype is not torch.long:
+        raise TypeError(f"Episode.{name} must have dtype torch.long, got {ids.dtype}")
+    if ids.shape[0] == 0:
+        raise ValueError(f"Episode.{name} must hold at least one token, got 0")
+
+
+def _check_logprobs(logprobs: object, response_len: int) -> None:
+    name = "Episode.behavior_logprobs"
+    if not isinstance(logprobs, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(logprobs).__name__}")
+    if logprobs.dim() != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {tuple(logprobs.shape)}")
+    if logprobs.dtype is not torch.float32:
+        raise TypeError(f"{name} must have dtype torch.float32, got {logprobs.dtype}")
+    if logprobs.shape[0] != response_len:
+        raise ValueError(
+            f"{name} must have one value per response token ({response_len}), "
+            f"got {logprobs.shape[0]}"
+        )
+    if logprobs.requires_grad:
+        raise ValueError(f"{name} must not require grad; pass logprobs.detach()")
+    # One reduction finds NaN (it propagates), +inf and positive values through `hi`, -inf
+    # through `lo`: a log-probability is finite and <= 0.
+    lo, hi = (float(v) for v in torch.aminmax(logprobs))
+    if not (lo > -math.inf and hi <= 0.0):
+        raise ValueError(
+            f"{name} must be finite natural-log probabilities (<= 0), got min={lo}, max={hi}"
+        )
+
+
+def _finite_float(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"Episode.{name} must be a float, got {type(value).__name__}")
+    try:
+        value = float(value)
+    except OverflowError:
+        value = math.inf
+    if not math.isfinite(value):
+        raise ValueError(f"Episode.{name} must be finite, got {value}")
+    return value
