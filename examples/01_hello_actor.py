@@ -13,7 +13,8 @@ What it teaches
 
 What to look at
     The two pids the actors report (one differs from the script's pid, one is equal to it),
-    the host name, whether a GPU is visible, and that each actor kept its own state.
+    the host name, whether a GPU is visible, that each actor kept its own state, and what a
+    process costs to start compared with what a message costs once it runs.
 
 Run
     uv run python examples/01_hello_actor.py
@@ -24,10 +25,14 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import statistics
+import time
 from dataclasses import dataclass
 
 import torch
 from monarch.actor import Actor, endpoint, this_host, this_proc
+
+ROUND_TRIPS = 20
 
 
 @dataclass(frozen=True)
@@ -79,6 +84,7 @@ async def main() -> None:
 
     # A process mesh of one fresh process on this machine. Spawning returns at once; the
     # process and the actor start in the background, and the first call waits for them.
+    t0 = time.perf_counter()
     procs = this_host().spawn_procs(per_host={"procs": 1})
     try:
         remote = procs.spawn("greeter", Greeter, "hello")
@@ -86,16 +92,32 @@ async def main() -> None:
         local = this_proc().spawn("local_greeter", Greeter, "hi")
 
         first = await remote.hello.call_one("learner")
+        t_first = time.perf_counter() - t0
         again = await remote.hello.call_one("learner")
         mine = await local.hello.call_one("learner")
         show("actor in its own process:", first)
         show("same actor, second call:", again)
         show("actor in this process:", mine)
-        print()
+
+        # What a message costs once everything is up: a round trip to the other process.
+        trips = []
+        for _ in range(ROUND_TRIPS):
+            t = time.perf_counter()
+            await remote.hello.call_one("timer")
+            trips.append(time.perf_counter() - t)
+        print(f"\nfirst reply {t_first:.2f}s after spawning (a new Python process, imports, the")
+        print(
+            f"actor's __init__); after that, median round trip over {ROUND_TRIPS} calls: ", end=""
+        )
+        print(f"{1e3 * statistics.median(trips):.2f} ms\n")
 
         expect(first.pid != os.getpid(), "the spawned actor runs in another process")
         expect(mine.pid == os.getpid(), "the this_proc() actor runs in this script's process")
         expect(again.greeting.endswith("#2)"), "an actor keeps its state between calls")
+        expect(
+            (await remote.hello.call_one("x")).greeting.endswith(f"#{ROUND_TRIPS + 3})"),
+            "every call reached the same actor",
+        )
         expect(mine.greeting.endswith("#1)"), "each actor has its own state")
     finally:
         # Stop what we spawned, also when a check failed: no orphan processes.
