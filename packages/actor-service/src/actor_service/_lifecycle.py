@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
 from monarch._rust_bindings.monarch_hyperactor.supervision import SupervisionError
 from monarch.actor import Actor, ActorError, Channel, PortReceiver, as_endpoint, this_proc
 
+from actor_service import _faults
 from actor_service._dispatch import Dispatcher
 from actor_service._supervisor import (
     DeathNotice,
@@ -25,23 +27,26 @@ from actor_service.replica import Replica, ReplicaState
 log = logging.getLogger(__name__)
 
 
-async def wait_until_constructed(mesh: Any) -> None:
-    """Returns once the actor's `__init__` has run on every rank of `mesh`; raises
-    `ReplicaStartError` (with Monarch's report, remote traceback included) if it failed.
+async def construction_error(mesh: Any) -> str | None:
+    """Waits until the actor's `__init__` has run on every rank of `mesh`; returns None, or
+    Monarch's report (remote traceback included) if it raised.
 
     Monarch gives no "constructed" signal (`mesh.initialized` only means the mesh exists),
     and the user's actor may have no side-effect-free endpoint. A message is handled only
     after `__init__`, so we send one to a method every `Actor` has,
     `_handle_undeliverable_message`, without its argument: an actor that was constructed
-    answers with a `TypeError` (an `ActorError`) without running anything, and one whose
-    `__init__` raised answers with a `SupervisionError`.
+    answers with a `TypeError` (an `ActorError`) and runs nothing; one whose `__init__`
+    raised answers with a `SupervisionError`. (If the failure is already known when the
+    message arrives, Monarch also bounces it back as undeliverable; `_faults` keeps that
+    from exiting the controller.)
     """
     try:
         await as_endpoint(mesh._handle_undeliverable_message).call()
     except ActorError:
-        return
+        return None
     except SupervisionError as e:
-        raise ReplicaStartError(str(e)) from None
+        return str(e)
+    return None
 
 
 class Launcher:
@@ -62,6 +67,8 @@ class Launcher:
         self._args = args
         self._kwargs = kwargs
         self._generations = [0] * len(replicas)
+        # Unique per service, so that failures can be told apart from other services'.
+        self.mesh_prefix = f"{config.name}_{uuid.uuid4().hex[:8]}_"
         self._dispatcher: Dispatcher | None = None
         self._supervisor: Any = None
         self._watcher: asyncio.Task[None] | None = None
@@ -71,6 +78,7 @@ class Launcher:
     def open(self, dispatcher: Dispatcher) -> None:
         """Spawns the supervisor in this process and starts listening to its notices."""
         self._dispatcher = dispatcher
+        _faults.watch(self.mesh_prefix)
         port, receiver = Channel[DeathNotice].open()
         self._supervisor = this_proc().spawn(
             f"{self._config.name}_supervisor", ReplicaSupervisor, port
@@ -93,7 +101,7 @@ class Launcher:
         try:
             async with asyncio.timeout(cfg.start_timeout_s):
                 spec = ReplicaSpec(
-                    service=cfg.name,
+                    prefix=self.mesh_prefix,
                     index=replica.index,
                     generation=generation,
                     actor_cls=self._actor_cls,
@@ -103,7 +111,9 @@ class Launcher:
                     kwargs=self._kwargs,
                 )
                 spawned: SpawnedReplica = await self._supervisor.spawn_replica.call_one(spec)
-                await wait_until_constructed(spawned.mesh)
+                error = await construction_error(spawned.mesh)
+            if error is not None:
+                raise ReplicaStartError(error)
         except (ReplicaStartError, SupervisionError, ActorError, TimeoutError) as e:
             self._stop_later(replica.index, generation)
             reason = "timed out" if isinstance(e, TimeoutError) else str(e)

@@ -38,10 +38,10 @@ class DeathNotice:
 
 @dataclass(frozen=True)
 class ReplicaSpec:
-    """What to start: generation `generation` of replica `index` of service `service`, a
-    mesh of `procs` processes running `actor_cls(*args, **kwargs)`."""
+    """What to start: generation `generation` of replica `index`, a mesh of `procs`
+    processes running `actor_cls(*args, **kwargs)`. Its meshes are named after `prefix`."""
 
-    service: str
+    prefix: str
     index: int
     generation: int
     actor_cls: type[Actor]
@@ -53,7 +53,7 @@ class ReplicaSpec:
 
 @dataclass(frozen=True)
 class SpawnedReplica:
-    """A started replica: the user's actor mesh and the pid of each of its processes."""
+    """A spawned replica: the user's actor mesh and the pid of each of its processes."""
 
     mesh: Any
     pids: tuple[int, ...]
@@ -87,15 +87,15 @@ class ReplicaSupervisor(Actor):
         first_gpu = spec.index * spec.procs
         bootstrap = functools.partial(pin_gpu, first_gpu) if spec.with_gpus else None
         proc_mesh = this_host().spawn_procs(
-            per_host={dim: spec.procs}, bootstrap=bootstrap, name=f"{spec.service}_r{spec.index}"
+            per_host={dim: spec.procs}, bootstrap=bootstrap, name=f"{spec.prefix}r{spec.index}"
         )
         key = (spec.index, spec.generation)
         self._procs[key] = proc_mesh
         tag = f"r{spec.index}g{spec.generation}"
         mesh: Any = proc_mesh.spawn(
-            f"{spec.service}_{tag}", spec.actor_cls, *spec.args, **spec.kwargs
+            f"{spec.prefix}{tag}", spec.actor_cls, *spec.args, **spec.kwargs
         )
-        agent: Any = proc_mesh.spawn(f"{spec.service}_agent_{tag}", ReplicaAgent)
+        agent: Any = proc_mesh.spawn(f"{spec.prefix}agent_{tag}", ReplicaAgent)
         for spawned in (mesh, agent):
             self._owners[await spawned._name] = key
         pids = await agent.pid.call()

@@ -11,14 +11,16 @@ hop (about one Monarch round trip).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import uuid
-from collections.abc import Coroutine, Hashable, Mapping
+from collections.abc import Callable, Coroutine, Hashable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from monarch.actor import Actor, ActorError, this_proc
 from monarch.actor.concurrent import concurrent_endpoint
 
 from actor_service.endpoint import EndpointAccess, Session
+from actor_service.errors import ServiceClosedError
 
 if TYPE_CHECKING:
     from actor_service.service import Service
@@ -40,20 +42,57 @@ def unregister(service: Service[Any]) -> None:
     _services.pop(getattr(service, "_front_id", ""), None)
 
 
+async def run_on_service_loop(
+    service: Service[Any], start: Callable[[Service[Any]], Coroutine[Any, Any, Any]]
+) -> Any:
+    """Runs `start(service)` as a task on the service's loop, from another thread's loop.
+
+    The task runs in the context captured when the service was spawned: Monarch keeps the
+    current actor in a context variable, and calls made on behalf of a handle must be sent
+    by the controller (whose fault hook tolerates replica deaths), not by the front actor.
+    """
+    loop, context = service._loop, service._context
+    assert loop is not None
+    assert context is not None
+    outcome: concurrent.futures.Future[Any] = concurrent.futures.Future()
+    tasks: list[asyncio.Task[Any]] = []
+
+    def settle(task: asyncio.Task[Any]) -> None:
+        if outcome.done():
+            return
+        if task.cancelled():
+            outcome.cancel()
+        elif (error := task.exception()) is not None:
+            outcome.set_exception(error)
+        else:
+            outcome.set_result(task.result())
+
+    def launch() -> None:
+        task = loop.create_task(start(service), context=context.copy())
+        tasks.append(task)
+        task.add_done_callback(settle)
+
+    loop.call_soon_threadsafe(launch)
+    try:
+        return await asyncio.wrap_future(outcome)
+    except asyncio.CancelledError:
+        loop.call_soon_threadsafe(lambda: [t.cancel() for t in tasks])
+        raise
+
+
 class ServiceFront(Actor):
     """Receives calls from `ServiceHandle`s and runs them on the service's event loop."""
 
     def __init__(self, service_id: str) -> None:
         self._service_id = service_id
 
-    async def _on_service_loop(self, make: Any) -> Any:
+    async def _on_service_loop(
+        self, start: Callable[[Service[Any]], Coroutine[Any, Any, Any]]
+    ) -> Any:
         service = _services.get(self._service_id)
         if service is None:
-            raise RuntimeError("the service behind this handle is shut down")
-        loop = service._loop
-        assert loop is not None
-        coro: Coroutine[Any, Any, Any] = make(service)
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, loop))
+            raise ServiceClosedError("the service behind this handle is shut down")
+        return await run_on_service_loop(service, start)
 
     @concurrent_endpoint
     async def route(

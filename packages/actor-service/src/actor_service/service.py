@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import copy
 import logging
 from collections.abc import Hashable
@@ -50,6 +51,7 @@ class Service(EndpointAccess, Generic[A]):
         self._launcher = Launcher(config, self._replicas, actor_cls, args, dict(kwargs))
         self._dispatcher: Dispatcher | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._context: contextvars.Context | None = None
         self._front: Any = None
         self._shut = False
         self._init_endpoints(self, table)
@@ -61,6 +63,7 @@ class Service(EndpointAccess, Generic[A]):
             self._config, self._replicas, self._router, self._launcher.restart_later
         )
         self._launcher.open(self._dispatcher)
+        self._context = contextvars.copy_context()  # after Monarch set the current actor
         results = await asyncio.gather(
             *(self._launcher.start(r) for r in self._replicas), return_exceptions=True
         )
