@@ -45,3 +45,23 @@ def make_group(
         )
         for i in range(size)
     ]
+
+
+def states_equal(a: Any, b: Any) -> bool:
+    """Deep equality for `state_dict()` output: tensors by dtype, shape and values."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return (
+            isinstance(a, torch.Tensor)
+            and isinstance(b, torch.Tensor)
+            and a.dtype == b.dtype
+            and torch.equal(a, b)
+        )
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(states_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return (
+            type(a) is type(b)
+            and len(a) == len(b)
+            and all(states_equal(x, y) for x, y in zip(a, b, strict=True))
+        )
+    return type(a) is type(b) and bool(a == b)
