@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.multiprocessing.reductions import rebuild_cuda_tensor, reduce_tensor
 
 from rdma_tensor._owner import FdRef, ProcessRef
 
@@ -24,9 +25,7 @@ class CudaIpcRef:
 
 
 def export_cuda(tensor: torch.Tensor) -> CudaIpcRef:
-    from torch.multiprocessing.reductions import reduce_tensor
-
-    _, args = reduce_tensor(tensor.detach())
+    _, args = reduce_tensor(tensor.detach())  # type: ignore[no-untyped-call]
     return CudaIpcRef(tuple(args))
 
 
@@ -38,9 +37,7 @@ def open_cuda(owner: ProcessRef, control: FdRef, ref: CudaIpcRef) -> torch.Tenso
     key = (owner, control)
     tensor = _opened.get(key)
     if tensor is None:
-        from torch.multiprocessing.reductions import rebuild_cuda_tensor
-
-        tensor = _opened[key] = rebuild_cuda_tensor(*ref.rebuild_args)
+        tensor = _opened[key] = rebuild_cuda_tensor(*ref.rebuild_args)  # type: ignore[no-untyped-call]
     return tensor
 
 

@@ -9,18 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import TYPE_CHECKING
 
 import torch
-
-if TYPE_CHECKING:
-    from monarch.rdma import RDMABuffer
+from monarch.rdma import RDMABuffer
 
 
 def register(tensor: torch.Tensor) -> RDMABuffer:
     """Registers a contiguous tensor's bytes (CPU or CUDA) as an `RDMABuffer`."""
-    from monarch.rdma import RDMABuffer
-
     return RDMABuffer(tensor.detach().reshape(-1).view(torch.uint8))
 
 

@@ -44,7 +44,7 @@ def export_cpu(tensor: torch.Tensor) -> ShmRegion:
     return ShmRegion(
         file=fd_ref(fd),
         file_nbytes=size,
-        byte_offset=tensor.storage_offset() * tensor.element_size(),
+        byte_offset=int(tensor.storage_offset()) * tensor.element_size(),
         nbytes=tensor.numel() * tensor.element_size(),
     )
 

@@ -80,7 +80,7 @@ class TensorHandle:
         dst: torch.Tensor,
         *,
         offset: int = 0,
-        timeout: float = 60.0,
+        timeout: float = 60.0,  # noqa: ASYNC109 - bounds the RDMA transfer (agreed API)
         transport: Transport | None = None,
     ) -> ReadResult:
         """Copies elements `[offset, offset + dst.numel())` of the flat tensor into `dst`.
@@ -203,15 +203,17 @@ def local_tensor(handle: TensorHandle, transport: Transport) -> torch.Tensor:
     return _cuda_ipc.open_cuda(handle.owner.process, handle.owner.control, handle.cuda_ipc)
 
 
-async def _read_rdma(handle: TensorHandle, dst: torch.Tensor, offset: int, timeout: float) -> None:
+async def _read_rdma(
+    handle: TensorHandle, dst: torch.Tensor, offset: int, timeout_s: float
+) -> None:
     assert handle.rdma is not None
     whole = offset == 0 and dst.numel() == handle.numel
     if whole and dst.is_contiguous() and dst.device.type == "cpu":
-        await _rdma.read(handle.rdma, dst, timeout)
+        await _rdma.read(handle.rdma, dst, timeout_s)
         return
     # RDMABuffer reads whole buffers only: bounce through a local copy of all of it.
     bounce = torch.empty(handle.numel, dtype=handle.dtype)
-    await _rdma.read(handle.rdma, bounce, timeout)
+    await _rdma.read(handle.rdma, bounce, timeout_s)
     with torch.no_grad():
         dst.copy_(bounce[offset : offset + dst.numel()].view(dst.shape))
 

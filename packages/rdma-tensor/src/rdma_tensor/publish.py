@@ -1,0 +1,234 @@
+"""The trainer's side of weight sync: copy a state dict into staging memory and return.
+
+    publisher = Publisher()
+    manifest = publisher.publish(model.state_dict(), version=step)   # one copy, then return
+    # send `manifest` to generators; they `await pull(manifest, into=...)` meanwhile
+
+`publish` blocks only for one copy of the weights into CPU staging memory (page-locked when
+the weights are on CUDA); readers then pull from staging while the trainer trains on.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from rdma_tensor._layout import TensorSpec, plan_layout
+from rdma_tensor._owner import Control
+from rdma_tensor.errors import (
+    MismatchError,
+    PublisherClosedError,
+    SlotsBusyError,
+    StaleVersionError,
+)
+from rdma_tensor.manifest import Layout, Manifest
+from rdma_tensor.staging import StagingSlot
+from rdma_tensor.transport import Transport, transport_override
+
+
+@dataclass(frozen=True)
+class PublisherConfig:
+    """How a `Publisher` stages weights.
+
+    slots: staging slots (>= 2), each the size of the packed state dict; more slots let
+        more slow readers finish old versions while new ones are published.
+    bucket_bytes: target bucket size in bytes; one bucket is one RDMA transfer.
+    transport: force readers onto one transport (None: `RDMA_TENSOR_TRANSPORT` or auto).
+        CUDA_IPC is not allowed: staging memory is CPU memory.
+    busy_timeout_s: how long `publish` waits, in seconds, if readers lease every slot
+        (a lease lasts one memory copy) before raising `SlotsBusyError`.
+    """
+
+    slots: int = 2
+    bucket_bytes: int = 64 << 20
+    transport: Transport | None = None
+    busy_timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.slots < 2:
+            raise ValueError(f"slots must be >= 2 so publishing never waits, got {self.slots}")
+        if self.bucket_bytes <= 0:
+            raise ValueError(f"bucket_bytes must be positive, got {self.bucket_bytes}")
+        if self.busy_timeout_s < 0:
+            raise ValueError(f"busy_timeout_s must be >= 0, got {self.busy_timeout_s}")
+        if self.transport is Transport.CUDA_IPC:
+            raise ValueError("staging memory is CPU memory: use shm, rdma or None, not cuda_ipc")
+
+
+class Publisher:
+    """Owns the staging slots of one stream of versions of one state-dict layout."""
+
+    def __init__(self, config: PublisherConfig | None = None) -> None:
+        self.config = config or PublisherConfig()
+        self.publisher_id = uuid.uuid4().hex
+        self._forced = transport_override(self.config.transport)
+        if self._forced is Transport.CUDA_IPC:
+            raise ValueError("staging memory is CPU memory: cuda_ipc cannot carry it")
+        self._control: Control | None = None
+        self._layout: Layout | None = None
+        self._slots: list[StagingSlot] = []
+        self._latest: Manifest | None = None
+        self._closed = False
+
+    @property
+    def latest(self) -> Manifest | None:
+        """The manifest of the newest completed version, None before the first publish."""
+        return self._latest
+
+    def publish(self, state_dict: Mapping[str, torch.Tensor], version: int) -> Manifest:
+        """Copies `state_dict` into a free staging slot as `version` and returns its manifest.
+
+        The first call fixes the layout (names, shapes, dtypes, order) and allocates the
+        slots. Raises `MismatchError` if a later state dict differs from that layout,
+        `StaleVersionError` unless `version` exceeds the last one, `PublisherClosedError`
+        after `close`; nothing is staged in those cases.
+        """
+        slot, manifest, tensors = self._begin(state_dict, version)
+        self._write(slot, tensors)
+        return self._commit(slot, manifest)
+
+    def close(self) -> None:
+        """Readers fail from now on; staging memory is freed once readers let go of it.
+
+        Call it while Monarch is running in this process (e.g. from an endpoint): it
+        unregisters the RDMA buffers, which sends a message to Monarch's RDMA manager.
+        """
+        self._close(drop_rdma=True)
+
+    def __del__(self) -> None:
+        # During interpreter or actor shutdown Monarch's RDMA manager may already be gone, and
+        # a release sent to it fails loudly; registered memory is released at exit anyway.
+        self._close(drop_rdma=False)
+
+    def _close(self, *, drop_rdma: bool) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for slot in self._slots:
+            slot.close(drop_rdma=drop_rdma)
+        if self._control is not None:
+            self._control.close()
+        self._slots = []
+
+    # The steps of `publish`, separate so tests can stop a publisher half-way.
+
+    def _begin(
+        self, state_dict: Mapping[str, torch.Tensor], version: int
+    ) -> tuple[StagingSlot, Manifest, list[torch.Tensor]]:
+        if self._closed:
+            raise PublisherClosedError("publish() on a closed Publisher")
+        tensors = self._check(state_dict, version)
+        if not self._slots:
+            self._allocate()
+        assert self._layout is not None
+        index = self._claim(version)
+        slot = self._slots[index]
+        manifest = Manifest(
+            publisher_id=self.publisher_id,
+            version=version,
+            slot=index,
+            layout=self._layout,
+            slots=tuple(s.ref for s in self._slots),
+        )
+        return slot, manifest, tensors
+
+    def _write(
+        self,
+        slot: StagingSlot,
+        tensors: Sequence[torch.Tensor],
+        buckets: Sequence[int] | None = None,
+    ) -> None:
+        assert self._layout is not None
+        on_cuda = any(t.is_cuda for t in tensors)
+        if on_cuda:
+            slot.pin()
+        with torch.no_grad():
+            for entry, src in zip(self._layout.entries, tensors, strict=True):
+                if buckets is not None and entry.bucket not in buckets:
+                    continue
+                bucket = slot.buckets[entry.bucket]
+                dst = bucket[entry.offset : entry.offset + entry.nbytes].view(entry.dtype)
+                dst.view(entry.shape).copy_(src, non_blocking=slot.pinned)
+        if on_cuda:
+            torch.cuda.synchronize()
+
+    def _commit(self, slot: StagingSlot, manifest: Manifest) -> Manifest:
+        slot.complete()
+        self._latest = manifest
+        return manifest
+
+    def _check(self, state_dict: object, version: object) -> list[torch.Tensor]:
+        """Validates a publish call (typed `object`: callers are not always type-checked)."""
+        if not isinstance(state_dict, Mapping):
+            raise TypeError(f"state_dict must be a mapping, got {type(state_dict).__name__}")
+        if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+            raise ValueError(f"version must be a non-negative int, got {version!r}")
+        if self._latest is not None and version <= self._latest.version:
+            raise StaleVersionError(
+                f"version {version} is not newer than the last published {self._latest.version}"
+            )
+        if not state_dict:
+            raise MismatchError("cannot publish an empty state dict")
+        problems = []
+        tensors: dict[str, torch.Tensor] = {}
+        for name, t in state_dict.items():
+            if not isinstance(t, torch.Tensor):
+                problems.append(f"{name}: not a tensor ({type(t).__name__})")
+            elif t.device.type not in ("cpu", "cuda"):
+                problems.append(f"{name}: on {t.device}; only cpu and cuda are supported")
+            else:
+                tensors[str(name)] = t
+        if problems:
+            raise MismatchError("cannot publish this state dict:\n  " + "\n  ".join(problems))
+        specs = [TensorSpec(n, t.dtype, tuple(t.shape)) for n, t in tensors.items()]
+        if self._layout is None:
+            self._layout = plan_layout(specs, self.config.bucket_bytes)
+        else:
+            published = [TensorSpec(e.name, e.dtype, e.shape) for e in self._layout.entries]
+            if specs != published:
+                raise MismatchError(
+                    "state dict differs from the layout fixed by the first publish: "
+                    + _describe_difference(published, specs)
+                    + "; use a new Publisher for a new layout"
+                )
+        return list(tensors.values())
+
+    def _allocate(self) -> None:
+        assert self._layout is not None
+        self._control = Control()
+        self._slots = [
+            StagingSlot(self._layout, self._control.owner, self._forced)
+            for _ in range(self.config.slots)
+        ]
+
+    def _claim(self, version: int) -> int:
+        """A free slot, oldest version first; the newest complete version is kept if possible."""
+        latest = self._latest.slot if self._latest is not None else -1
+        order = sorted(range(len(self._slots)), key=lambda i: (i == latest, self._slots[i].version))
+        deadline = time.monotonic() + self.config.busy_timeout_s
+        while True:
+            for i in order:
+                if self._slots[i].try_claim(version):
+                    return i
+            if time.monotonic() > deadline:
+                raise SlotsBusyError(
+                    f"all {len(self._slots)} staging slots stayed leased by readers for "
+                    f"{self.config.busy_timeout_s}s; use more slots"
+                )
+            time.sleep(0.0005)
+
+
+def _describe_difference(before: list[TensorSpec], after: list[TensorSpec]) -> str:
+    old, new = {s.name: s for s in before}, {s.name: s for s in after}
+    missing = [n for n in old if n not in new]
+    extra = [n for n in new if n not in old]
+    if missing or extra:
+        return f"missing {missing[:5]}, unexpected {extra[:5]}"
+    for n, s in new.items():
+        if s != old[n]:
+            return f"{n} was {old[n].dtype} {list(old[n].shape)}, now {s.dtype} {list(s.shape)}"
+    return "same tensors in a different order"
