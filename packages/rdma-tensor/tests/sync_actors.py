@@ -1,0 +1,222 @@
+"""Actors and data the tests use. Pickled by value: spawned processes cannot import this
+directory, so cloudpickle ships the classes themselves.
+
+Every version of the test state dict is `base + version`, where `base` is fixed random data:
+a reader can recompute exactly what any version must hold, so a tensor from another version
+(a torn read) or a half-copied tensor fails `matches`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import cloudpickle  # type: ignore[import-untyped]
+import torch
+from monarch.actor import Actor, endpoint
+from rdma_tensor import (
+    Manifest,
+    PublisherConfig,
+    PullResult,
+    TensorHandle,
+    Transport,
+    WeightPublisher,
+    WeightSubscriber,
+    pull,
+    share,
+)
+from rdma_tensor import _shm as shm
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+SHAPES = {"embed": (64, 96), "layer.0.w": (96, 96), "layer.0.b": (96,), "head": (96, 64)}
+
+
+def base_state(shapes: Mapping[str, tuple[int, ...]] = SHAPES) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(1234)
+    return {name: torch.rand(shape, generator=g) for name, shape in shapes.items()}
+
+
+def version_state(
+    version: int, shapes: Mapping[str, tuple[int, ...]] = SHAPES
+) -> dict[str, torch.Tensor]:
+    return {name: t + version for name, t in base_state(shapes).items()}
+
+
+def matches(state: Mapping[str, torch.Tensor], version: int) -> bool:
+    """Whether every tensor of `state` is exactly version `version` (bit for bit)."""
+    shapes = {name: tuple(t.shape) for name, t in state.items()}
+    expected = version_state(version, shapes)
+    return all(
+        torch.equal(t.detach().cpu().to(expected[name].dtype), expected[name])
+        for name, t in state.items()
+    )
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A pull as the controller sees it: the result, or the error's type and message."""
+
+    result: PullResult | None
+    error: str
+    message: str
+    seconds: float
+
+
+class Owner(Actor):
+    """Shares one tensor and can change or close it."""
+
+    @endpoint
+    async def share(self, data: torch.Tensor, transport: Transport | None) -> TensorHandle:
+        self.tensor = data.clone()
+        self.shared = share(self.tensor, transport=transport)
+        return self.shared.handle
+
+    @endpoint
+    async def add(self, value: float) -> None:
+        self.tensor.add_(value)
+
+    @endpoint
+    async def close(self) -> None:
+        self.shared.close()
+
+
+class Reader(Actor):
+    """Reads handles into fresh tensors and sends them back."""
+
+    @endpoint
+    async def read(
+        self, handle: TensorHandle, dst: torch.Tensor, offset: int, transport: Transport | None
+    ) -> tuple[torch.Tensor, Transport]:
+        result = await handle.read_into(dst, offset=offset, transport=transport)
+        return dst, result.transport
+
+    @endpoint
+    async def read_transposed(self, handle: TensorHandle, rows: int, cols: int) -> torch.Tensor:
+        """Reads into a non-contiguous (transposed) destination."""
+        dst = torch.zeros(cols, rows, dtype=handle.dtype).t()
+        await handle.read_into(dst)
+        return dst.contiguous()
+
+    @endpoint
+    async def read_error(self, handle: TensorHandle, dst: torch.Tensor) -> str:
+        try:
+            await handle.read_into(dst, timeout=5)
+        except Exception as e:
+            return f"{type(e).__name__}: {e}"
+        return "no error"
+
+
+class Trainer(WeightPublisher):
+    """Publishes `version_state(v)` for the versions it is asked for."""
+
+    def __init__(self, config: PublisherConfig | None = None) -> None:
+        super().__init__(config)
+        self.state = base_state()
+        self.base = base_state()
+
+    def _set(self, version: int) -> None:
+        for name, t in self.state.items():
+            torch.add(self.base[name], version, out=t)
+
+    @endpoint
+    async def publish(self, version: int) -> Manifest:
+        self._set(version)
+        return self.publish_weights(self.state, version)
+
+    @endpoint
+    async def publish_many(self, first: int, last: int, interval_s: float) -> float:
+        """Publishes versions first..last, pausing between them; returns the longest stall."""
+        longest = 0.0
+        for v in range(first, last + 1):
+            self._set(v)
+            start = time.perf_counter()
+            self.publish_weights(self.state, v)
+            longest = max(longest, time.perf_counter() - start)
+            await asyncio.sleep(interval_s)
+        return longest
+
+    @endpoint
+    async def stage_first_bucket(self, version: int) -> Manifest:
+        """Starts publishing `version` but stops after its first bucket, as if it hung or died
+        right there; returns the manifest a reader would be waiting on."""
+        self._set(version)
+        slot, manifest, tensors = self.publisher._begin(self.state, version)
+        self.publisher._write(slot, tensors, buckets=[0])
+        return manifest
+
+    @endpoint
+    async def pid(self) -> int:
+        return os.getpid()
+
+
+class Generator(WeightSubscriber):
+    """Holds a zeroed copy of the state dict (in `dtype`) and pulls versions into it."""
+
+    def __init__(self, dtype: torch.dtype = torch.float32, transposed: bool = False) -> None:
+        super().__init__()
+        self.state = {n: torch.zeros(s, dtype=dtype) for n, s in SHAPES.items()}
+        if transposed:  # non-contiguous destinations
+            self.state = {n: torch.zeros(s[::-1], dtype=dtype).t() for n, s in SHAPES.items()}
+
+    def weights(self) -> Mapping[str, torch.Tensor]:
+        return self.state
+
+    @endpoint
+    async def try_pull(
+        self,
+        manifest: Manifest,
+        *,
+        transport: Transport | None = None,
+        allow_cast: bool = False,
+        into: dict[str, torch.Tensor] | None = None,
+        timeout_s: float = 30.0,
+        min_version: int | None = None,
+    ) -> Outcome:
+        start = time.perf_counter()
+        try:
+            result = await pull(
+                manifest,
+                into=self.state if into is None else into,
+                transport=transport,
+                allow_cast=allow_cast,
+                timeout=timeout_s,
+                min_version=min_version,
+            )
+        except Exception as e:
+            return Outcome(None, type(e).__name__, str(e), time.perf_counter() - start)
+        return Outcome(result, "", "", time.perf_counter() - start)
+
+    @endpoint
+    async def follow(self, manifest: Manifest, last: int, transport: Transport | None) -> list[int]:
+        """Pulls newer and newer versions until `last`, checking each one bit for bit.
+        Returns the versions seen; raises on the first torn or wrong state."""
+        seen: list[int] = []
+        version = manifest.version - 1
+        while version < last:
+            result = await pull(
+                manifest, into=self.state, transport=transport, min_version=version + 1
+            )
+            version = result.version
+            if not matches(self.state, version):
+                raise AssertionError(
+                    f"state after pulling version {version} is not version {version}"
+                )
+            seen.append(version)
+        return seen
+
+    @endpoint
+    async def holds(self, version: int) -> bool:
+        return matches(self.state, version)
+
+    @endpoint
+    async def state_dict(self) -> dict[str, torch.Tensor]:
+        return {n: t.clone() for n, t in self.state.items()}
+
+    @endpoint
+    async def mapped_bytes(self) -> int:
+        return shm.mapped_bytes()
