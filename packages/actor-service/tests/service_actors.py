@@ -58,6 +58,12 @@ class Echo(Actor):
         await asyncio.sleep(delay)
         return amount
 
+    @endpoint
+    async def transfer(self, amount: int, delay: float) -> int:
+        """Like `charge`, but left to the service config to declare non-idempotent."""
+        await asyncio.sleep(delay)
+        return amount
+
 
 class Parallel(Actor):
     """Concurrent endpoint that records how many calls ran at once in this replica."""

@@ -92,15 +92,25 @@ async def test_kill_mid_stream_every_call_completes_exactly_once(kill: str) -> N
         assert Counter(pid for _, pid in after) == {pids[0]: 10, reborn.pids[0]: 10, pids[2]: 10}
 
 
-async def test_non_idempotent_call_in_flight_is_not_retried_but_queued_ones_move() -> None:
+@pytest.mark.parametrize("declared_by", ["decorator", "config"])
+async def test_non_idempotent_call_in_flight_is_not_retried_but_queued_ones_move(
+    declared_by: str,
+) -> None:
+    # `charge` is marked @non_idempotent in the actor; `transfer` is named in the config.
+    endpoint, extra = ("charge", ()) if declared_by == "decorator" else ("transfer", ("transfer",))
     config = ServiceConfig(
-        replicas=2, router=RoundRobin(), max_in_flight_per_replica=1, name="bank"
+        replicas=2,
+        router=RoundRobin(),
+        max_in_flight_per_replica=1,
+        non_idempotent=extra,
+        name="bank",
     )
     async with await spawn_service(Echo, config) as svc:
         pids = await svc.pid.fanout()
-        first = asyncio.ensure_future(svc.charge.route(1, 30.0))  # in flight on replica 0
-        second = asyncio.ensure_future(svc.charge.route(2, 0.0))  # replica 1
-        third = asyncio.ensure_future(svc.charge.route(3, 0.0))  # queued behind `first`
+        call = svc.endpoint(endpoint).route
+        first = asyncio.ensure_future(call(1, 30.0))  # in flight on replica 0
+        second = asyncio.ensure_future(call(2, 0.0))  # replica 1
+        third = asyncio.ensure_future(call(3, 0.0))  # queued behind `first`
         await wait_until(svc, lambda s: s.replicas[0].in_flight == 1 and s.replicas[0].queued == 1)
         os.kill(pids[0], signal.SIGKILL)
         with pytest.raises(ReplicaDiedError, match="non-idempotent, so it was not retried"):
