@@ -70,3 +70,8 @@ def test_non_idempotent_decorator_goes_above_endpoint() -> None:
 
     with pytest.raises(TypeError, match="goes above @endpoint"):
         non_idempotent(plain)
+
+
+def test_restart_delay_doubles_up_to_the_cap() -> None:
+    cfg = ServiceConfig(restart_backoff_s=0.5, restart_backoff_max_s=3.0)
+    assert [cfg.restart_delay(n) for n in range(5)] == [0.5, 1.0, 2.0, 3.0, 3.0]

@@ -166,6 +166,8 @@ class Dispatcher:
     # ------------------------------------------------------------------ replica events
     def replica_up(self, replica: Replica) -> None:
         """`replica` (just attached) serves from now on; parked requests go to it."""
+        if not replica.healthy or replica in self._healthy:
+            return  # it died again before it was announced; its restart will announce it
         self._healthy.append(replica)
         self._healthy.sort(key=lambda r: r.index)
         parked = list(self._waiting)
@@ -186,7 +188,8 @@ class Dispatcher:
         out_of_restarts = replica.counters.restarts >= self._config.max_restarts
         replica.state = ReplicaState.FAILED if out_of_restarts else ReplicaState.RESTARTING
         replica.last_error = reason
-        self._healthy.remove(replica)
+        if replica in self._healthy:  # not yet announced if it died during spawn_service
+            self._healthy.remove(replica)
         lost, backlog = list(replica.active), list(replica.backlog)
         replica.active.clear()
         replica.backlog.clear()

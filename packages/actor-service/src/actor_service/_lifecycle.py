@@ -134,8 +134,7 @@ class Launcher:
         cfg = self._config
         assert self._dispatcher is not None
         while replica.counters.restarts < cfg.max_restarts:
-            delay = cfg.restart_backoff_s * 2**replica.counters.restarts
-            await asyncio.sleep(min(delay, cfg.restart_backoff_max_s))
+            await asyncio.sleep(cfg.restart_delay(replica.counters.restarts))
             replica.counters.restarts += 1
             try:
                 await self.start(replica)
@@ -174,7 +173,10 @@ class Launcher:
             return
         if self._stops:
             await asyncio.gather(*self._stops, return_exceptions=True)
-        await self._supervisor.stop_all.call_one()
         for replica in self._replicas:
             replica.state = ReplicaState.STOPPED
-        await self._supervisor.stop()
+        try:
+            await self._supervisor.stop_all.call_one()
+        finally:
+            # Stopping the supervisor would also stop any mesh it still owns.
+            await self._supervisor.stop()

@@ -109,6 +109,11 @@ class ServiceConfig:
         )
         need(self.name.isidentifier(), "name", "a Python identifier")
 
+    def restart_delay(self, restarts: int) -> float:
+        """Seconds to wait before restarting a replica that was restarted `restarts` times
+        already: `restart_backoff_s`, doubled per earlier restart, capped."""
+        return float(min(self.restart_backoff_s * 2**restarts, self.restart_backoff_max_s))
+
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> ServiceConfig:
         """Builds a config from plain values (e.g. a parsed TOML table); an unknown key is an

@@ -123,6 +123,10 @@ def _unwrap(error: ActorError) -> BaseException:
 class ServiceHandle(EndpointAccess):
     """Use it like the `Service`: `await handle.generate.route(x)`, `handle.session()`."""
 
+    _front: Any
+    _name: str
+    _sessions: bool
+
     def __init__(self, front: Any, name: str, table: Mapping[str, bool], replicas: int) -> None:
         self._front = front
         self._name = name
@@ -135,6 +139,8 @@ class ServiceHandle(EndpointAccess):
 
     def session(self) -> Session:
         """A sticky session, as `Service.session()`."""
+        if not self._sessions:
+            raise ValueError(f"service {self._name}: its router does not keep sessions")
         return Session(self, self._table)
 
     async def _call(self, adverb: str, *args: Any) -> Any:
@@ -165,11 +171,11 @@ class ServiceHandle(EndpointAccess):
             "front": self._front,
             "name": self._name,
             "table": dict(self._table),
-            "replicas": self._replica_count,
+            "sessions": self._sessions,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["front"], state["name"], state["table"], state["replicas"])  # type: ignore[misc]
+        self.__init__(state["front"], state["name"], state["table"], state["sessions"])  # type: ignore[misc]
 
     def __repr__(self) -> str:
         return f"ServiceHandle({self._name!r})"

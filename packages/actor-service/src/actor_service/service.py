@@ -72,7 +72,7 @@ class Service(EndpointAccess, Generic[A]):
             await self.shutdown()
             raise errors[0]
         for replica in self._replicas:
-            self._dispatcher.replica_up(replica)
+            self._dispatcher.replica_up(replica)  # skips one that already died again
 
     async def shutdown(self) -> None:
         """Stops the service: new calls raise `ServiceClosedError`, accepted calls get up to
@@ -148,7 +148,9 @@ class Service(EndpointAccess, Generic[A]):
         calls go through a small actor in this process, then the same routing)."""
         if self._front is None:
             self._front = open_front(self)
-        return ServiceHandle(self._front, self.name, dict(self._table), self._config.replicas)
+        return ServiceHandle(
+            self._front, self.name, dict(self._table), supports_sessions(self._router)
+        )
 
     def replica_meshes(self) -> list[Any]:
         """The actor mesh of every healthy replica, index order: for direct Monarch calls
