@@ -94,8 +94,8 @@ async def pull(
     timeout: seconds to wait for the version before raising `PullTimeoutError`.
     transport: force a transport (default: the publisher's choice, else auto).
 
-    Raises `MismatchError` for names/shapes/dtypes that do not fit, `StaleVersionError` for a
-    manifest older than the version `into` already holds, `PublisherClosedError` /
+    Raises `MismatchError` for names/shapes/dtypes that do not fit, `StaleVersionError` when
+    the version asked for is older than the one `into` already holds, `PublisherClosedError` /
     `PublisherDiedError` when the publisher closed or died, `PullTimeoutError`. On any error
     `into` is unchanged.
     """
@@ -104,12 +104,12 @@ async def pull(
     plan = _plan(manifest, into, allow_cast)
     key = (manifest.publisher_id, tuple((e.name, t.data_ptr(), str(t.device)) for e, t in plan))
     applied = _applied.get(key)
-    if applied is not None and manifest.version < applied:
-        raise StaleVersionError(
-            f"manifest version {manifest.version} is older than version {applied} already "
-            "applied to these tensors"
-        )
     want = max(manifest.version, min_version if min_version is not None else 0)
+    if applied is not None and want < applied:
+        raise StaleVersionError(
+            f"asked for version {want}, older than version {applied} already applied to "
+            "these tensors"
+        )
     chosen = choose_transport(manifest.slots[0].header, transport)
     deadline = time.monotonic() + timeout
     goal = _Goal(want, applied, deadline, timeout)
