@@ -79,10 +79,12 @@ class Worker(Actor):
 
     @endpoint
     async def fail(self) -> None:
+        """Raises; sent with `broadcast`, so no caller is there to receive the error."""
         raise RuntimeError("a bug in a message nobody waits for")
 
     @endpoint
     async def exit_process(self) -> None:
+        """Ends the process at once, with no cleanup: what a segfault or an OOM kill does."""
         os._exit(1)
 
 
@@ -161,8 +163,8 @@ class Supervisor(Actor):
             # Every failure that reaches this method is of something this actor spawned.
             # Besides the replicas, Monarch starts helper actors on each process mesh (a log
             # forwarder named "logger-..."); they die with their process, which is being
-            # replaced anyway. Returning False here would pass the failure up and end the
-            # whole program.
+            # replaced anyway. Returning False would pass the failure up: this supervisor
+            # would fail with it, and by default the script would exit.
             self.other_reports.append(failure.mesh_name)
             return True
         # Replace the replica: stop what is left of the old process, start a new one.
