@@ -3,9 +3,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from actor_service import RoundRobin, ServiceConfig, non_idempotent
-from actor_service.endpoint import endpoint_table
-from service_actors import Echo
+from actor_service import RoundRobin, ServiceConfig
 
 
 def test_defaults_are_valid_and_routers_are_per_config() -> None:
@@ -54,22 +52,6 @@ def test_config_is_frozen() -> None:
     cfg = ServiceConfig(router=RoundRobin())
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.replicas = 4  # type: ignore[misc]
-
-
-def test_non_idempotent_names_must_be_endpoints() -> None:
-    with pytest.raises(ValueError, match=r"names \['nope'\], which are not endpoints of Echo"):
-        endpoint_table(Echo, ("nope",))
-    table = endpoint_table(Echo, ("transfer",))
-    assert table["charge"] is False  # @non_idempotent
-    assert table["transfer"] is False  # from the config
-    assert table["echo"] is True
-
-
-def test_non_idempotent_decorator_goes_above_endpoint() -> None:
-    def plain(self: object) -> None: ...
-
-    with pytest.raises(TypeError, match="goes above @endpoint"):
-        non_idempotent(plain)
 
 
 def test_restart_delay_doubles_up_to_the_cap() -> None:

@@ -60,6 +60,8 @@ async def test_least_loaded_avoids_the_busy_replica() -> None:
         served = Counter([(await svc.echo.route(i))[1] for i in range(10)])
         assert served == {pids[1 - loaded]: 10}
         assert (await busy)[1] == pids[loaded]
+        with pytest.raises(ValueError, match="LeastLoaded does not keep sessions"):
+            svc.session()
 
 
 async def test_shutdown_drains_accepted_calls_and_refuses_new_ones() -> None:

@@ -127,10 +127,10 @@ class ServiceHandle(EndpointAccess):
     _name: str
     _sessions: bool
 
-    def __init__(self, front: Any, name: str, table: Mapping[str, bool], replicas: int) -> None:
+    def __init__(self, front: Any, name: str, table: Mapping[str, bool], sessions: bool) -> None:
         self._front = front
         self._name = name
-        self._replica_count = replicas
+        self._sessions = sessions
         self._init_endpoints(self, table)
 
     @property
