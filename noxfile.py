@@ -109,8 +109,9 @@ def tests(session: nox.Session, package: str) -> None:
 
 @nox.session
 def integration(session: nox.Session) -> None:
-    """Cross-package tests in `tests/`, with the whole workspace installed."""
+    """Cross-package tests in `tests/` (type-checked first), with the whole workspace installed."""
     bin_dir = _env(session, "workspace", "--no-dev", "--no-emit-project", "--all-packages")
+    _run(session, bin_dir, "mypy", "--config-file", "pyproject.toml", "tests", "noxfile.py")
     _run(session, bin_dir, "pytest", "tests", *session.posargs)
 
 
@@ -156,11 +157,13 @@ EXAMPLE_ARGS: dict[str, list[str]] = {"09_async_rl_train.py": ["--steps", "12"]}
 
 @nox.session
 def examples(session: nox.Session) -> None:
-    """Runs every numbered example in `examples/` as its own process, as a reader would."""
+    """Type-checks `examples/`, then runs every numbered example as its own process, as a
+    reader would."""
     bin_dir = _env(session, "workspace", "--no-dev", "--no-emit-project", "--all-packages")
     scripts = sorted((ROOT / "examples").glob("[0-9][0-9]_*.py"))
     if not scripts:
         session.skip("no examples yet")
+    _run(session, bin_dir, "mypy", "--config-file", "pyproject.toml", "examples")
     for script in scripts:
         _run(session, bin_dir, "python", str(script), *EXAMPLE_ARGS.get(script.name, []))
 
