@@ -23,7 +23,7 @@ async def test_cap_limits_calls_per_replica_and_queues_the_rest() -> None:
         replicas=2, max_in_flight_per_replica=3, router=RoundRobin(), name="capped"
     )
     async with await spawn_service(Parallel, config) as svc:
-        calls = [asyncio.ensure_future(svc.work.route(0.3)) for _ in range(24)]
+        calls = [asyncio.ensure_future(svc.work.route(0.6)) for _ in range(24)]
         await asyncio.sleep(0.1)
         status = svc.status()
         assert [r.in_flight for r in status.replicas] == [3, 3]
@@ -39,7 +39,7 @@ async def test_cap_limits_calls_per_replica_and_queues_the_rest() -> None:
 async def test_back_pressure_when_every_replica_is_saturated() -> None:
     config = ServiceConfig(replicas=1, max_in_flight_per_replica=2, max_queued=3, name="bp")
     async with await spawn_service(Parallel, config) as svc:
-        accepted = [asyncio.ensure_future(svc.work.route(0.3)) for _ in range(5)]
+        accepted = [asyncio.ensure_future(svc.work.route(0.6)) for _ in range(5)]
         await asyncio.sleep(0.05)
         with pytest.raises(ServiceOverloadedError, match=r"3 requests already wait"):
             await svc.work.route(0.0)
@@ -54,7 +54,7 @@ async def test_least_loaded_avoids_the_busy_replica() -> None:
     )
     async with await spawn_service(Echo, config) as svc:
         pids = await svc.pid.fanout()
-        busy = asyncio.ensure_future(svc.echo.route(0, 1.0))
+        busy = asyncio.ensure_future(svc.echo.route(0, 2.0))
         await asyncio.sleep(0.1)
         loaded = next(r.index for r in svc.status().replicas if r.in_flight == 1)
         served = Counter([(await svc.echo.route(i))[1] for i in range(10)])
