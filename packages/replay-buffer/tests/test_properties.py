@@ -22,7 +22,6 @@ from hypothesis.stateful import (
     precondition,
     rule,
 )
-
 from replay_buffer import Episode, ReplayBuffer, ReplayBufferConfig, SampledBatch
 from replay_buffer.testing import make_episode, states_equal
 
