@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Hashable, Sequence
 
 import pytest
 from actor_service import (
     LeastLoaded,
+    ReplicaView,
     RoundRobin,
     ServiceClosedError,
     ServiceConfig,
@@ -64,9 +66,28 @@ async def test_least_loaded_avoids_the_busy_replica() -> None:
             svc.session()
 
 
+class LastReplica:
+    """A custom router: always the healthy replica with the highest index."""
+
+    def pick(self, replicas: Sequence[ReplicaView], session: Hashable | None) -> ReplicaView:
+        return replicas[-1]
+
+    def end_session(self, session: Hashable) -> None:
+        return None
+
+
+async def test_a_custom_router_plugs_in() -> None:
+    config = ServiceConfig(replicas=2, router=LastReplica(), name="custom")
+    async with await spawn_service(Echo, config) as svc:
+        pids = await svc.pid.fanout()
+        served = {pid for _, pid in await asyncio.gather(*(svc.echo.route(i) for i in range(8)))}
+        assert served == {pids[1]}
+
+
 async def test_shutdown_drains_accepted_calls_and_refuses_new_ones() -> None:
     config = ServiceConfig(replicas=1, max_in_flight_per_replica=1, name="drain")
     svc = await spawn_service(Echo, config)
+    assert await svc.echo.call_one(5) == (5, (await svc.pid.route()))  # one replica: call_one
     calls = [asyncio.ensure_future(svc.echo.route(i, 0.2)) for i in range(3)]
     await asyncio.sleep(0.05)
     closing = asyncio.ensure_future(svc.shutdown())
