@@ -86,11 +86,14 @@ class Launcher:
         self._watcher = asyncio.get_running_loop().create_task(self._watch(receiver))
 
     async def _watch(self, receiver: PortReceiver[DeathNotice]) -> None:
+        assert self._dispatcher is not None
         while True:
             notice = await receiver.recv()
-            assert self._dispatcher is not None
-            replica = self._replicas[notice.index]
-            self._dispatcher.replica_down(replica, notice.generation, notice.report)
+            try:
+                replica = self._replicas[notice.index]
+                self._dispatcher.replica_down(replica, notice.generation, notice.report)
+            except Exception:  # keep listening: one bad notice must not stop supervision
+                log.exception("handling %s", notice)
 
     async def start(self, replica: Replica) -> None:
         """Starts a new generation of `replica` and attaches it; `ReplicaStartError` if it
@@ -114,7 +117,7 @@ class Launcher:
                 error = await construction_error(spawned.mesh)
             if error is not None:
                 raise ReplicaStartError(error)
-        except (ReplicaStartError, SupervisionError, ActorError, TimeoutError) as e:
+        except Exception as e:  # any failure to start is this replica's start failure
             self._stop_later(replica.index, generation)
             reason = "timed out" if isinstance(e, TimeoutError) else str(e)
             raise ReplicaStartError(

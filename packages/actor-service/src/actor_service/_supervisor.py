@@ -10,6 +10,7 @@ service calls the replica meshes directly.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 from dataclasses import dataclass
@@ -119,7 +120,9 @@ class ReplicaSupervisor(Actor):
     def __supervise__(self, failure: MeshFailure) -> bool:
         owner = self._owners.get(failure.mesh_name)
         if owner is not None:
-            self._notices.send(DeathNotice(owner[0], owner[1], failure.report()))
+            # If the service is already gone there is nobody left to tell.
+            with contextlib.suppress(Exception):
+                self._notices.send(DeathNotice(owner[0], owner[1], failure.report()))
         # Handled either way: everything this actor owns is a replica the service manages
         # (a mesh not in `_owners` is Monarch's per-process logger or an already-stopped
         # replica), and an unhandled failure would exit the controller.
