@@ -7,6 +7,8 @@ torch's own sharding code rather than a re-implementation of its rules.
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable, Iterator
 from math import prod
 
@@ -18,6 +20,10 @@ from torch.distributed._local_tensor import LocalTensor, LocalTensorMode
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import distribute_tensor
 from torch.testing._internal.distributed.fake_pg import FakeStore
+
+# The test actors live in `reshard_actors.py` beside this file (pickled by value to the
+# spawned processes, which cannot import this directory).
+sys.path.insert(0, os.path.dirname(__file__))
 
 WORLD_SIZE = 16
 

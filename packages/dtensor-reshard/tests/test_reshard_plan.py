@@ -24,21 +24,23 @@ SRC = _layouts((2,), {"w": (Shard(0),), "b": (Shard(0),), "h": (Replicate(),)})
 DST = _layouts((3,), {"w": (Shard(1),), "b": (Replicate(),), "h": (Shard(0),)})
 
 
-def test_staging_buffers_are_contiguous_per_destination() -> None:
+def test_staging_buffers_hold_each_remote_piece_once() -> None:
     plan = PlanCache().get(SRC, DST)
     assert plan.names == ("b", "h", "w")
+    staged = 0
     for src_rank in range(2):
-        for dtype in plan.dtypes(src_rank):
+        for dst_rank, dtype in plan.buffers(src_rank):
             offset = 0
-            for dst_rank in range(3):
-                for slot in plan.reads(src_rank, dtype, dst_rank):
-                    assert slot.offset == offset  # each destination reads one range
-                    offset += slot.piece.numel
-            assert offset == plan.staging_numel(src_rank, dtype)
-    assert plan.bytes_moved == sum(p.bytes_moved for _, p in plan.plans)
-    # h is replicated on the source: its rows are split between the two replicas.
-    served = [plan.staging_numel(r, torch.bfloat16) for r in range(2)]
-    assert served == [8, 8]
+            for slot in plan.slots(src_rank, dst_rank, dtype):
+                assert (slot.offset, slot.dst_rank) == (offset, dst_rank)
+                assert plan[slot.name].src.dtype == dtype
+                offset += slot.piece.numel
+                staged += slot.piece.numel * dtype.itemsize
+            assert offset == plan.buffer_numel(src_rank, dst_rank, dtype) > 0
+    assert staged == plan.bytes_moved == sum(p.bytes_moved for _, p in plan.plans)
+    # h is replicated on the source: its two destination row blocks go to different replicas.
+    served = [plan.buffer_numel(r, d, torch.bfloat16) for r in range(2) for d in range(3)]
+    assert served == [8, 0, 0, 0, 8, 0]
 
 
 def test_cache_reuses_plans_across_versions_and_replans_only_what_changed() -> None:

@@ -1,9 +1,10 @@
 """`ReshardPlan`: the plans for a set of named tensors (a state dict) between two meshes.
 
 Both sides build the same `ReshardPlan` from the same layouts (plans are deterministic), so
-they agree without messages on where every piece sits in a source's staging buffer: per
-source rank and dtype one flat buffer, laid out by destination rank, then tensor name, then
-piece. Each destination therefore reads one contiguous range per (source rank, dtype).
+they agree without messages on where every piece sits in a source's staging buffers: one
+flat buffer per (source rank, destination rank, dtype), pieces back to back in tensor-name
+order. A destination reads each of its buffers whole, so a transport that can only read
+whole buffers (Monarch's `RDMABuffer`) still moves no byte another destination needs.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ class Slot:
         name: the tensor it belongs to.
         dst_rank: the destination rank that reads it.
         piece: the piece (boxes in source- and destination-local coordinates).
-        offset: element offset in the source rank's staging buffer for `piece`'s dtype.
+        offset: element offset in the staging buffer for (source, `dst_rank`, dtype).
     """
 
     name: str
@@ -48,7 +49,7 @@ class ReshardPlan:
 
     plans: tuple[tuple[str, TransferPlan], ...]
     colocated: bool = False
-    _slots: dict[tuple[int, torch.dtype], tuple[Slot, ...]] = field(
+    _slots: dict[tuple[int, int, torch.dtype], tuple[Slot, ...]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
 
@@ -61,18 +62,14 @@ class ReshardPlan:
         counts = {(p.src.num_ranks, p.dst.num_ranks) for _, p in self.plans}
         if len(counts) != 1:
             raise ReshardError(f"all tensors must share the two meshes' rank counts, got {counts}")
-        # One pass in (destination rank, name, piece) order lays out every source's buffers.
-        used: dict[tuple[int, torch.dtype], int] = {}
-        slots: dict[tuple[int, torch.dtype], list[Slot]] = {}
+        slots: dict[tuple[int, int, torch.dtype], list[Slot]] = {}
         for dst_rank in range(self.num_dst_ranks):
             for name, p in self.plans:
                 for piece in p.pieces[dst_rank]:
-                    if piece.local:
-                        continue
-                    key = (piece.src_rank, p.src.dtype)
-                    offset = used.get(key, 0)
-                    slots.setdefault(key, []).append(Slot(name, dst_rank, piece, offset))
-                    used[key] = offset + piece.numel
+                    if not piece.local:
+                        buffer = slots.setdefault((piece.src_rank, dst_rank, p.src.dtype), [])
+                        offset = buffer[-1].offset + buffer[-1].piece.numel if buffer else 0
+                        buffer.append(Slot(name, dst_rank, piece, offset))
         self._slots.update((key, tuple(v)) for key, v in slots.items())
 
     @property
@@ -99,21 +96,25 @@ class ReshardPlan:
         text = repr([(n, p.src, p.dst) for n, p in self.plans]) + repr(self.colocated)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
-    def dtypes(self, src_rank: int) -> tuple[torch.dtype, ...]:
-        """The dtypes for which `src_rank` stages anything, in a fixed order."""
-        found = {dtype for (rank, dtype) in self._slots if rank == src_rank}
-        return tuple(sorted(found, key=str))
+    def buffers(self, src_rank: int) -> tuple[tuple[int, torch.dtype], ...]:
+        """(destination rank, dtype) of every staging buffer `src_rank` fills, in order."""
+        keys = [(dst, dtype) for (src, dst, dtype) in self._slots if src == src_rank]
+        return tuple(sorted(keys, key=lambda k: (k[0], str(k[1]))))
 
-    def slots(self, src_rank: int, dtype: torch.dtype) -> tuple[Slot, ...]:
-        """Everything `src_rank` stages for `dtype`, back to back from offset 0."""
-        return self._slots.get((src_rank, dtype), ())
+    def slots(self, src_rank: int, dst_rank: int, dtype: torch.dtype) -> tuple[Slot, ...]:
+        """What one staging buffer holds, back to back from offset 0 (empty: no buffer)."""
+        return self._slots.get((src_rank, dst_rank, dtype), ())
 
-    def staging_numel(self, src_rank: int, dtype: torch.dtype) -> int:
-        return sum(s.piece.numel for s in self.slots(src_rank, dtype))
+    def serves(self, src_rank: int, name: str) -> bool:
+        """Whether any destination reads part of tensor `name` from `src_rank`."""
+        return any(
+            piece.src_rank == src_rank and not piece.local
+            for pieces in self[name].pieces
+            for piece in pieces
+        )
 
-    def reads(self, src_rank: int, dtype: torch.dtype, dst_rank: int) -> tuple[Slot, ...]:
-        """The slots one destination reads from one source: a contiguous range."""
-        return tuple(s for s in self.slots(src_rank, dtype) if s.dst_rank == dst_rank)
+    def buffer_numel(self, src_rank: int, dst_rank: int, dtype: torch.dtype) -> int:
+        return sum(s.piece.numel for s in self.slots(src_rank, dst_rank, dtype))
 
     @property
     def bytes_moved(self) -> int:

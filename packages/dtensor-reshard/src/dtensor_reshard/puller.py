@@ -1,0 +1,148 @@
+"""The destination side of a transfer: `pull` fills one destination rank's local shards."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping, Sequence
+
+import torch
+from rdma_tensor import TensorHandle, Transport
+from rdma_tensor.handle import check_owner, choose_transport, local_tensor
+
+from dtensor_reshard.errors import ReshardError
+from dtensor_reshard.exports import LOCAL_SOURCES, PullStats, SourceExport, local_shards
+from dtensor_reshard.reshard_plan import ReshardPlan, Slot
+
+_Copy = tuple[torch.Tensor, torch.Tensor]  # (destination view, source view)
+
+
+def _check_exports(
+    plan: ReshardPlan, dst_rank: int, exports: Sequence[SourceExport]
+) -> dict[int, SourceExport]:
+    by_rank = {e.src_rank: e for e in exports}
+    if len(by_rank) != len(exports) or set(by_rank) != set(range(plan.num_src_ranks)):
+        ranks = sorted(e.src_rank for e in exports)
+        raise ReshardError(
+            f"need exactly one export per source rank 0..{plan.num_src_ranks - 1}, "
+            f"got ranks {ranks}"
+        )
+    for e in exports:
+        if e.fingerprint != plan.fingerprint:
+            raise ReshardError(
+                f"source rank {e.src_rank} published by plan {e.fingerprint}, but this "
+                f"destination holds plan {plan.fingerprint}: the two sides disagree on a layout"
+            )
+        missing: list[object]
+        if e.staged:
+            have = {(d, dtype) for d, dtype, _ in e.buffers}
+            missing = [k for k in plan.buffers(e.src_rank) if k[0] == dst_rank and k not in have]
+        else:
+            names = {n for n, _ in e.shards}
+            missing = [n for n in plan.names if n not in names and _reads(plan, dst_rank, e, n)]
+        if missing:
+            raise ReshardError(f"source rank {e.src_rank}'s export lacks {missing}")
+    return by_rank
+
+
+def _reads(plan: ReshardPlan, dst_rank: int, export: SourceExport, name: str) -> bool:
+    return any(p.src_rank == export.src_rank and not p.local for p in plan[name].pieces[dst_rank])
+
+
+def _mapped(handle: TensorHandle, src_rank: int) -> torch.Tensor:
+    """A same-machine source shard as a flat tensor of this process (no copy)."""
+    transport = choose_transport(handle)
+    if transport is Transport.RDMA:
+        raise ReshardError(
+            f"source rank {src_rank} shared its shards in place (direct mode), which only "
+            "same-machine destinations can read; publish with ShardPublisher(staged=True)"
+        )
+    check_owner(handle.owner)
+    return local_tensor(handle, transport)
+
+
+def _run(copies: list[_Copy]) -> None:
+    with torch.no_grad():
+        for dst, src in copies:
+            dst.copy_(src)
+    if any(d.is_cuda or s.is_cuda for d, s in copies):
+        torch.cuda.synchronize()
+
+
+async def _read_buffer(
+    handle: TensorHandle, slots: tuple[Slot, ...], out: dict[str, torch.Tensor]
+) -> int:
+    """Reads one whole staging buffer into the destination boxes it feeds."""
+    if len(slots) == 1:  # one piece: straight into the (possibly strided) destination view
+        slot = slots[0]
+        return (await handle.read_into(slot.piece.dst_box.view(out[slot.name]))).nbytes
+    some = out[slots[0].name]
+    buffer = torch.empty(handle.numel, dtype=some.dtype, device=some.device)
+    result = await handle.read_into(buffer)
+    with torch.no_grad():
+        for slot in slots:
+            box = slot.piece.dst_box
+            box.view(out[slot.name]).copy_(
+                buffer[slot.offset : slot.offset + box.numel].view(box.sizes)
+            )
+    return result.nbytes
+
+
+async def pull(
+    plan: ReshardPlan,
+    dst_rank: int,
+    exports: Sequence[SourceExport],
+    tensors: Mapping[str, torch.Tensor],
+) -> PullStats:
+    """Fills destination rank `dst_rank`'s local shards of `tensors` (DTensors or local
+    tensors, written in place) from every source rank's export.
+
+    Checks first, then moves bytes: the rank, names, shapes, dtypes, one export per source
+    rank, matching plan fingerprints, live co-located sources and reachable shards all raise
+    `ReshardError` (or rdma-tensor's transport errors) before any destination byte changes.
+    Direct exports: boxes are copied straight from the mapped source shards (in a worker
+    thread, so the actor's event loop stays free). Staged exports: whole buffers are read
+    concurrently across source ranks. If a source dies mid-pull the error propagates and
+    this rank's shards are partly updated: pull again from a fresh publish before using them.
+    """
+    began = time.perf_counter()
+    out = local_shards(plan, dst_rank, tensors, "destination")
+    by_rank = _check_exports(plan, dst_rank, exports)
+
+    local_copies: list[_Copy] = []
+    remote_copies: list[_Copy] = []
+    mapped: dict[tuple[int, str], torch.Tensor] = {}
+    for name, p in plan.plans:
+        for piece in p.pieces[dst_rank]:
+            export = by_rank[piece.src_rank]
+            if piece.local:
+                source = LOCAL_SOURCES.get(export.token, {}).get(name)
+                if source is None:
+                    raise ReshardError(
+                        f"tensor {name!r}: co-located source rank {piece.src_rank} has no live "
+                        "export in this process (released already, or not co-located?)"
+                    )
+            elif not export.staged:
+                key = (piece.src_rank, name)
+                if key not in mapped:
+                    handle = dict(export.shards)[name]
+                    mapped[key] = _mapped(handle, piece.src_rank)
+                source = mapped[key].view(p.src.local_shape(piece.src_rank))
+            else:
+                continue
+            copy = (piece.dst_box.view(out[name]), piece.src_box.view(source))
+            (local_copies if piece.local else remote_copies).append(copy)
+
+    reads = [
+        _read_buffer(handle, plan.slots(src_rank, dst_rank, dtype), out)
+        for src_rank, export in sorted(by_rank.items())
+        for d, dtype, handle in export.buffers
+        if d == dst_rank
+    ]
+    _, read = await asyncio.gather(
+        asyncio.to_thread(_run, local_copies + remote_copies), asyncio.gather(*reads)
+    )
+    read_bytes = sum(read) + sum(d.numel() * d.element_size() for d, _ in remote_copies)
+    local_bytes = sum(d.numel() * d.element_size() for d, _ in local_copies)
+    issued = len(reads) + len(remote_copies)
+    return PullStats(read_bytes, local_bytes, issued, time.perf_counter() - began)

@@ -1,0 +1,155 @@
+"""Test actors holding real DTensors over gloo. Pickled by value: the spawned processes
+cannot import this directory, so cloudpickle ships the module itself."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+import cloudpickle  # type: ignore[import-untyped]
+import torch
+import torch.distributed as dist
+from dtensor_reshard import (
+    Layout,
+    Placement,
+    PlanCache,
+    PullStats,
+    ShardPublisher,
+    SourceExport,
+    pull,
+)
+from monarch.actor import Actor, endpoint
+from rdma_tensor import Transport
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import DTensor, distribute_tensor
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+SENTINEL = -7.0  # what destination shards hold before a transfer
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One DTensor to build: `full(seed)` of `shape`/`dtype`, laid out by `placements`."""
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    mesh_shape: tuple[int, ...]
+    placements: tuple[Placement, ...]
+    seed: int = 0
+
+
+def full(spec: Spec) -> torch.Tensor:
+    """The global tensor a spec describes (the same in every process)."""
+    g = torch.Generator().manual_seed(spec.seed)
+    if spec.dtype.is_floating_point:
+        return torch.randn(spec.shape, generator=g).to(spec.dtype)
+    return torch.randint(-1000, 1000, spec.shape, generator=g).to(spec.dtype)
+
+
+def tiny_transformer(seed: int) -> nn.Module:
+    """A two-block transformer language model (embedding, attention + MLP blocks, head)."""
+    torch.manual_seed(seed)
+    width, vocab = 24, 50
+    return nn.Sequential(
+        nn.Embedding(vocab, width),
+        nn.TransformerEncoderLayer(width, nhead=4, dim_feedforward=40, batch_first=True),
+        nn.TransformerEncoderLayer(width, nhead=4, dim_feedforward=40, batch_first=True),
+        nn.LayerNorm(width),
+        nn.Linear(width, vocab),
+    )
+
+
+class DTensorWorker(Actor):
+    """One process of a mesh: a gloo process group, DTensors per role ("src"/"dst"), and the
+    package's two sides of a transfer (publisher and puller) with a plan cache."""
+
+    def __init__(self) -> None:
+        self.tensors: dict[str, dict[str, DTensor]] = {"src": {}, "dst": {}}
+        self.cache = PlanCache()
+        self.publisher: ShardPublisher | None = None
+        self.mode: tuple[bool, Transport | None] = (False, None)
+
+    @endpoint
+    async def init_gloo(self) -> None:
+        if not dist.is_initialized():
+            dist.init_process_group("gloo")
+
+    def _mesh(self, mesh_shape: tuple[int, ...]) -> DeviceMesh:
+        n = dist.get_world_size()
+        return DeviceMesh("cpu", torch.arange(n).reshape(mesh_shape))
+
+    def _rank(self, role: str) -> int:
+        tensor = next(iter(self.tensors[role].values()))
+        coordinate = tensor.device_mesh.get_coordinate()
+        assert coordinate is not None
+        return Layout.from_dtensor(tensor).rank_of(coordinate)
+
+    @endpoint
+    async def build(self, role: str, specs: dict[str, Spec]) -> dict[str, Layout]:
+        """Creates this role's DTensors: sources hold data, destinations a sentinel."""
+        built = {}
+        for name, spec in specs.items():
+            data = full(spec) if role == "src" else torch.full(spec.shape, SENTINEL).to(spec.dtype)
+            built[name] = distribute_tensor(data, self._mesh(spec.mesh_shape), spec.placements)
+        self.tensors[role] = built
+        return {name: Layout.from_dtensor(t) for name, t in built.items()}
+
+    @endpoint
+    async def build_model(
+        self,
+        role: str,
+        seed: int,
+        mesh_shape: tuple[int, ...],
+        placements: dict[str, tuple[Placement, ...]],
+    ) -> dict[str, Layout]:
+        """The tiny transformer's state dict, each tensor distributed by `placements`."""
+        state = tiny_transformer(seed).state_dict()
+        mesh = self._mesh(mesh_shape)
+        self.tensors[role] = {
+            name: distribute_tensor(t, mesh, placements[name]) for name, t in state.items()
+        }
+        return {name: Layout.from_dtensor(t) for name, t in self.tensors[role].items()}
+
+    @endpoint
+    async def publish(
+        self,
+        src: dict[str, Layout],
+        dst: dict[str, Layout],
+        colocated: bool = False,
+        staged: bool = False,
+        transport: Transport | None = None,
+    ) -> SourceExport:
+        plan = self.cache.get(src, dst, colocated=colocated)
+        if self.publisher is None or self.mode != (staged, transport):
+            if self.publisher is not None:
+                self.publisher.close()
+            self.publisher = ShardPublisher(self._rank("src"), staged=staged, transport=transport)
+            self.mode = (staged, transport)
+        return self.publisher.publish(plan, self.tensors["src"])
+
+    @endpoint
+    async def pull(
+        self,
+        src: dict[str, Layout],
+        dst: dict[str, Layout],
+        exports: list[SourceExport],
+        colocated: bool = False,
+    ) -> PullStats:
+        plan = self.cache.get(src, dst, colocated=colocated)
+        return await pull(plan, self._rank("dst"), exports, self.tensors["dst"])
+
+    @endpoint
+    async def release(self) -> None:
+        if self.publisher is not None:
+            self.publisher.release()
+
+    @endpoint
+    async def full_tensors(self, role: str) -> dict[str, torch.Tensor]:
+        """Every tensor's `full_tensor()` (a collective: call it on the whole mesh)."""
+        return {name: t.full_tensor() for name, t in self.tensors[role].items()}
+
+    @endpoint
+    async def plans_computed(self) -> int:
+        return self.cache.computed
