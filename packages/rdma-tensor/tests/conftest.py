@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
 
+import monarch.actor
 import pytest
+from monarch.actor import MeshFailure, ProcMesh, this_host
 
 os.environ.setdefault("HYPERACTOR_MESH_SUPERVISION_POLL_FREQUENCY", "1s")
 
@@ -23,3 +26,27 @@ sys.path.insert(0, os.path.dirname(__file__))
 def _no_forced_transport(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests choose transports explicitly; a developer's RDMA_TENSOR_TRANSPORT must not leak in."""
     monkeypatch.delenv("RDMA_TENSOR_TRANSPORT", raising=False)
+
+
+@pytest.fixture(scope="session")
+def procs() -> Iterator[ProcMesh]:
+    """Four Monarch processes shared by every test (starting a process imports torch, which
+    takes seconds on a busy machine; actors are cheap). Tests slice them: process 0 owns or
+    publishes, processes 1-3 read."""
+    procs = this_host().spawn_procs(per_host={"procs": 4})
+    yield procs
+    procs.stop().get()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _tolerate_deliberate_kills() -> None:
+    """Monarch reports a SIGKILLed process to the controller seconds later, possibly after
+    the test that killed it; the default hook would then exit pytest. Kills are deliberate
+    here (test_killed_publisher); any other failure still goes to the default hook."""
+    default = monarch.actor.unhandled_fault_hook
+
+    def hook(failure: MeshFailure) -> None:
+        if "Killed(sig=9)" not in str(failure):
+            default(failure)
+
+    monarch.actor.unhandled_fault_hook = hook

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 from hypothesis import given
@@ -69,7 +71,8 @@ def test_entries_never_overlap_and_stay_inside_their_bucket(
         spans.setdefault(e.bucket, []).append((e.offset, e.offset + e.nbytes))
     for bucket_spans in spans.values():
         bucket_spans.sort()
-        for (_, end), (start, _) in zip(bucket_spans, bucket_spans[1:], strict=False):
+        for (_, end), (start, _) in itertools.pairwise(bucket_spans):
             assert end <= start
     buckets = [e.bucket for e in layout.entries]
-    assert buckets == sorted(buckets) and set(buckets) == set(range(len(layout.bucket_nbytes)))
+    assert buckets == sorted(buckets)
+    assert set(buckets) == set(range(len(layout.bucket_nbytes)))

@@ -32,6 +32,7 @@ from rdma_tensor._owner import is_local
 from rdma_tensor.errors import (
     MismatchError,
     PublisherClosedError,
+    PublisherDiedError,
     PullTimeoutError,
     StaleVersionError,
     TransportError,
@@ -45,6 +46,8 @@ if TYPE_CHECKING:
     from rdma_tensor.actors import WeightPublisher
 
 Plan = list[tuple[TensorEntry, torch.Tensor]]
+
+_WATCH_S = 0.05  # how often a waiting RDMA pull checks that a same-machine owner is alive
 
 
 @dataclass(frozen=True)
@@ -268,9 +271,18 @@ async def _pull_rdma(manifest: Manifest, plan: Plan, goal: _Goal) -> _Outcome:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise PullTimeoutError(f"version >= {want} did not arrive within {wait_s}s")
+        transfer = asyncio.ensure_future(
+            handle.read_into(dst, timeout=remaining, transport=Transport.RDMA)
+        )
         try:
-            await handle.read_into(dst, timeout=remaining, transport=Transport.RDMA)
-        except (PublisherClosedError, PullTimeoutError):
+            # A transfer from a dead owner only ends at its timeout; on the owner's machine
+            # we can see the death sooner and stop waiting.
+            while not (await asyncio.wait({transfer}, timeout=_WATCH_S))[0]:
+                if local:
+                    check_owner(owner)
+            transfer.result()
+        except (PublisherClosedError, PublisherDiedError, PullTimeoutError):
+            transfer.cancel()
             raise
         except Exception as e:
             if local:

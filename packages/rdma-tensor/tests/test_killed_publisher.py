@@ -1,0 +1,50 @@
+"""A publisher process SIGKILLed in the middle of publishing: the reader's pull fails within
+a bounded time with a clear error, its weights keep the last good version, and no memory of
+the dead publisher is left behind (no /dev/shm file, no mapping in the reader)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+
+import pytest
+from monarch.actor import ProcMesh, this_host
+from rdma_tensor import Manifest, PublisherConfig, Transport
+from sync_actors import Generator, Outcome, Trainer
+
+
+@pytest.mark.parametrize("transport", [Transport.SHM, Transport.RDMA])
+async def test_pull_fails_fast_and_cleanly_when_the_publisher_is_killed_mid_publish(
+    procs: ProcMesh, transport: Transport
+) -> None:
+    # conftest.py keeps Monarch's report of the deliberate kill from exiting pytest.
+    doomed = this_host().spawn_procs(per_host={"procs": 1})
+    try:
+        trainer = doomed.spawn("trainer", Trainer, PublisherConfig(bucket_bytes=16 << 10))
+        generator = procs.slice(procs=1).spawn(f"generator_killed_{transport.value}", Generator)
+        good = await trainer.publish.call_one(1)
+        assert (await generator.try_pull.call_one(good, transport=transport)).result is not None
+        half = await trainer.stage_first_bucket.call_one(2)
+        pending = asyncio.ensure_future(_pull(generator, half, transport))
+        await asyncio.sleep(1.0)  # the generator is now waiting for version 2 to complete
+        assert not pending.done()
+        pid = await trainer.pid.call_one()
+        killed_at = time.monotonic()
+        os.kill(pid, signal.SIGKILL)
+        outcome = await pending
+        waited = time.monotonic() - killed_at
+        assert outcome.error == "PublisherDiedError", outcome
+        assert f"pid {pid}" in outcome.message
+        assert "died" in outcome.message
+        assert waited < 10.0, f"noticed the dead publisher only after {waited:.1f}s"
+        assert await generator.holds.call_one(1)  # the last good version, untouched
+        assert await generator.mapped_bytes.call_one() == 0
+        assert not [f for f in os.listdir("/dev/shm") if str(pid) in f]
+    finally:
+        await doomed.stop()
+
+
+async def _pull(generator: Generator, manifest: Manifest, transport: Transport) -> Outcome:
+    return await generator.try_pull.call_one(manifest, transport=transport, timeout_s=60)
