@@ -4,8 +4,11 @@ A reader learns that it runs on the owner's machine by comparing hostname and ke
 (a hostname alone is not unique across containers or reboots). Liveness needs no heartbeat:
 every owner holds a tiny control file (an anonymous memfd) open; closing the handle closes it,
 and the kernel closes it when the process dies. A reader on the same machine stats
-`/proc/<pid>/fd/<fd>` (a few microseconds) and compares the inode to tell open, closed and
-dead apart.
+`/proc/<pid>/fd/<fd>` (a few microseconds) and compares the inode. Once that fails, "closed"
+and "dead" differ by a flag the owner writes into the control file just before closing it:
+the reader keeps its own descriptor on the file from its first check, so it can still read
+the flag (a killed process never writes it, and a dying one cannot be told from a live one
+by its /proc entry alone).
 """
 
 from __future__ import annotations
@@ -115,10 +118,39 @@ def fd_matches(process: ProcessRef, ref: FdRef) -> bool:
     return (st.st_dev, st.st_ino) == (ref.dev, ref.ino)
 
 
+_CLOSED_FLAG = b"\x01"
+
+# This process's own descriptors on other owners' control files (see the module docstring).
+_watched: dict[Owner, int] = {}
+
+
+def _watch(owner: Owner) -> None:
+    if owner in _watched:
+        return
+    for other in [o for o in _watched if not fd_matches(o.process, o.control)]:
+        os.close(_watched.pop(other))  # their owners are gone: stop keeping the files alive
+    try:
+        fd = os.open(f"/proc/{owner.process.pid}/fd/{owner.control.fd}", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return
+    st = os.fstat(fd)
+    if (st.st_dev, st.st_ino) == (owner.control.dev, owner.control.ino):
+        _watched[owner] = fd
+    else:
+        os.close(fd)
+
+
 def owner_state(owner: Owner) -> OwnerState:
     """Open, closed or dead. Only meaningful on the owner's machine (see `is_local`)."""
     if fd_matches(owner.process, owner.control):
+        _watch(owner)
         return OwnerState.OPEN
+    fd = _watched.pop(owner, None)
+    if fd is not None:
+        closed = os.pread(fd, 1, 0) == _CLOSED_FLAG
+        os.close(fd)
+        return OwnerState.CLOSED if closed else OwnerState.DEAD
+    # Never seen open from here: the process table is all that is left to go by.
     if _start_ticks(owner.process.pid) == owner.process.start_ticks:
         return OwnerState.CLOSED
     return OwnerState.DEAD
@@ -137,6 +169,7 @@ class Control:
 
     def close(self) -> None:
         if self._fd is not None:
+            os.pwrite(self._fd, _CLOSED_FLAG, 0)
             os.close(self._fd)
             self._fd = None
 
