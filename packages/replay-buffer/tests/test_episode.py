@@ -58,16 +58,25 @@ def test_equality_is_identity() -> None:
     assert a != b
 
 
-def test_pickle_round_trip() -> None:
-    e = make_episode(policy_version=2, advantage=1.5, group_id=7, metadata={"k": 1})
-    back = pickle.loads(pickle.dumps(e))
-    assert torch.equal(back.response_ids, e.response_ids)
-    assert (back.advantage, back.policy_version, back.group_id, back.metadata) == (
-        1.5,
-        2,
-        7,
-        {"k": 1},
+def test_pickle_round_trip_is_exact() -> None:
+    e = Episode(
+        **fields(
+            prompt_ids=torch.arange(10)[::3],  # a non-contiguous view
+            response_ids=torch.tensor([2**40, -7]),
+            behavior_logprobs=torch.tensor([-1e-30, -123.456]),
+            group_id=7,
+            metadata={"k": [1, 2]},
+        )
     )
+    back = pickle.loads(pickle.dumps(e))
+    for name in ("prompt_ids", "response_ids", "behavior_logprobs"):
+        original, copy = getattr(e, name), getattr(back, name)
+        assert copy.dtype == original.dtype
+        assert torch.equal(copy, original)
+    assert (back.reward, back.advantage, back.policy_version) == (1.0, 0.5, 3)
+    assert (back.group_id, back.metadata) == (7, {"k": [1, 2]})
+    back.prompt_ids[0] = 99  # the copy owns writable memory of its own
+    assert e.prompt_ids[0] == 0
 
 
 BAD_FIELDS = [

@@ -134,6 +134,19 @@ def test_sum_tree_total_is_exact_function_of_leaves() -> None:
     assert a.find(a.total) == 6  # a value at the very end never lands on a zero slot
 
 
+def test_sum_tree_grow_keeps_every_weight() -> None:
+    tree = SumTree(4)
+    for slot, w in enumerate([1.0, 2.0, 3.0, 4.0]):
+        tree.set(slot, w)
+    tree.grow()
+    assert tree.capacity == 8
+    assert [tree.get(s) for s in range(8)] == [1.0, 2.0, 3.0, 4.0, 0.0, 0.0, 0.0, 0.0]
+    assert tree.total == 10.0
+    tree.set(7, 5.0)
+    assert tree.total == 15.0
+    assert tree.find(14.5) == 7
+
+
 @pytest.mark.parametrize("name", ["fifo", "uniform", "prioritized"])
 def test_policy_state_round_trip_and_mismatch(name: str) -> None:
     rng_state = random.Random(5).getstate()

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from array import array
+
 
 class SumTree:
     """Non-negative weights in `capacity` slots, each internal node the sum of its children.
 
-    Stored as a flat list (node `i` has children `2i` and `2i + 1`, leaves start at
+    Stored as a flat array of doubles (node `i` has children `2i` and `2i + 1`, leaves start at
     `capacity`). Every internal node is recomputed from its children rather than adjusted by
     a delta, so the tree is an exact function of its leaves: no floating-point drift, and a
     tree rebuilt from the same leaves is bit-for-bit the same (which makes sampling after
@@ -15,7 +17,7 @@ class SumTree:
 
     def __init__(self, capacity: int = 64) -> None:
         self._capacity = 1 << max(0, capacity - 1).bit_length()
-        self._tree = [0.0] * (2 * self._capacity)
+        self._tree = array("d", bytes(16 * self._capacity))
 
     @property
     def capacity(self) -> int:
@@ -41,14 +43,15 @@ class SumTree:
         """Doubles the capacity, keeping every slot's weight."""
         leaves = self._tree[self._capacity :]
         self._capacity *= 2
-        self._tree = [0.0] * self._capacity + leaves + [0.0] * len(leaves)
+        internal = array("d", bytes(8 * self._capacity))
+        self._tree = internal + leaves + array("d", bytes(8 * len(leaves)))
         self._rebuild()
 
     def load_leaves(self, weights: list[float]) -> None:
         """Replaces every leaf (`len(weights) == capacity`) and rebuilds the sums."""
         if len(weights) != self._capacity:
             raise ValueError(f"expected {self._capacity} leaf weights, got {len(weights)}")
-        self._tree[self._capacity :] = weights
+        self._tree[self._capacity :] = array("d", weights)
         self._rebuild()
 
     def find(self, u: float) -> int:

@@ -243,26 +243,30 @@ class ReplayBuffer:
         return [tuple(members) for members in groups.values()]
 
     def _store(self, new_items: list[tuple[Episode, ...]]) -> None:
-        config, counters, items = self._config, self._counters, self._items
+        counters, items, policy = self._counters, self._items, self._policy
+        grouped = self._config.group_size is not None
+        track_versions = self._config.max_policy_age is not None
+        max_size = self._config.max_buffer_size
         stale_before = self._stale_before()
         for episodes in new_items:
+            n = len(episodes)
             item = Item.of(episodes)
-            counters.added += len(episodes)
+            counters.added += n
             if stale_before is not None and item.version < stale_before:
-                counters.evicted_stale += len(episodes)
+                counters.evicted_stale += n
                 continue
             key = self._next_key
-            self._next_key += 1
+            self._next_key = key + 1
             items[key] = item
-            self._policy.insert(key, item.priority)
-            self._held += len(episodes)
-            if config.group_size is not None:
+            policy.insert(key, item.priority)
+            self._held += n
+            if grouped:
                 self._group_keys[episodes[0].group_id] = key
-            if config.max_policy_age is not None:
+            if track_versions:
                 self._versions.push(item.version, key, items)
-            if config.max_buffer_size is not None:
+            if max_size is not None:
                 self._arrival.append(key, items)
-                while self._held > config.max_buffer_size:
+                while self._held > max_size:
                     oldest = self._arrival.pop_oldest(items)
                     counters.evicted_capacity += self._remove(oldest)
 
