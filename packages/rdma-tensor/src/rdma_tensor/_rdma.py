@@ -9,14 +9,22 @@ from __future__ import annotations
 
 import contextlib
 import math
+import warnings
 
 import torch
-from monarch.rdma import RDMABuffer
+from monarch.rdma import RDMABuffer, RDMATcpFallbackWarning
 
 
-def register(tensor: torch.Tensor) -> RDMABuffer:
-    """Registers a contiguous tensor's bytes (CPU or CUDA) as an `RDMABuffer`."""
-    return RDMABuffer(tensor.detach().reshape(-1).view(torch.uint8))
+def register(tensor: torch.Tensor, *, quiet: bool) -> RDMABuffer:
+    """Registers a contiguous tensor's bytes (CPU or CUDA) as an `RDMABuffer`.
+
+    `quiet` hides Monarch's warning that RDMA falls back to TCP: in auto mode we register
+    only in case a reader turns up on another machine, and same-machine readers never use it.
+    """
+    with warnings.catch_warnings():
+        if quiet:
+            warnings.simplefilter("ignore", RDMATcpFallbackWarning)
+        return RDMABuffer(tensor.detach().reshape(-1).view(torch.uint8))
 
 
 async def read(buffer: RDMABuffer, dst: torch.Tensor, timeout_s: float) -> None:

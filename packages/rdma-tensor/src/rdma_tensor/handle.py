@@ -241,7 +241,7 @@ def make_handle(
     unavailable = ""
     if forced in (None, Transport.RDMA):
         try:
-            rdma = _rdma.register(tensor)
+            rdma = _rdma.register(tensor, quiet=forced is None)
         except Exception as e:
             if forced is Transport.RDMA:
                 raise TransportError(f"RDMA forced but registration failed: {e}") from e
