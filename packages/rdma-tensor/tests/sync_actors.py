@@ -114,10 +114,10 @@ class Reader(Actor):
 class Trainer(WeightPublisher):
     """Publishes `version_state(v)` for the versions it is asked for."""
 
-    def __init__(self, config: PublisherConfig | None = None) -> None:
+    def __init__(self, config: PublisherConfig | None = None, device: str = "cpu") -> None:
         super().__init__(config)
-        self.state = base_state()
-        self.base = base_state()
+        self.state = {n: t.to(device) for n, t in base_state().items()}
+        self.base = {n: t.to(device) for n, t in base_state().items()}
 
     def _set(self, version: int) -> None:
         for name, t in self.state.items():
@@ -157,11 +157,15 @@ class Trainer(WeightPublisher):
 class Generator(WeightSubscriber):
     """Holds a zeroed copy of the state dict (in `dtype`) and pulls versions into it."""
 
-    def __init__(self, dtype: torch.dtype = torch.float32, transposed: bool = False) -> None:
+    def __init__(
+        self, dtype: torch.dtype = torch.float32, transposed: bool = False, device: str = "cpu"
+    ) -> None:
         super().__init__()
-        self.state = {n: torch.zeros(s, dtype=dtype) for n, s in SHAPES.items()}
+        self.state = {n: torch.zeros(s, dtype=dtype, device=device) for n, s in SHAPES.items()}
         if transposed:  # non-contiguous destinations
-            self.state = {n: torch.zeros(s[::-1], dtype=dtype).t() for n, s in SHAPES.items()}
+            self.state = {
+                n: torch.zeros(s[::-1], dtype=dtype, device=device).t() for n, s in SHAPES.items()
+            }
 
     def weights(self) -> Mapping[str, torch.Tensor]:
         return self.state
@@ -215,7 +219,7 @@ class Generator(WeightSubscriber):
 
     @endpoint
     async def state_dict(self) -> dict[str, torch.Tensor]:
-        return {n: t.clone() for n, t in self.state.items()}
+        return {n: t.cpu().clone() for n, t in self.state.items()}
 
     @endpoint
     async def mapped_bytes(self) -> int:

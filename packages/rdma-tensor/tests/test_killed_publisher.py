@@ -35,6 +35,7 @@ async def test_pull_fails_fast_and_cleanly_when_the_publisher_is_killed_mid_publ
         os.kill(pid, signal.SIGKILL)
         outcome = await pending
         waited = time.monotonic() - killed_at
+        print(f"pull failed {waited:.3f}s after the kill ({transport.value})")
         assert outcome.error == "PublisherDiedError", outcome
         assert f"pid {pid}" in outcome.message
         assert "died" in outcome.message

@@ -22,8 +22,8 @@ from sync_actors import SHAPES, Generator, Trainer, base_state, matches, version
 SMALL_BUCKETS = PublisherConfig(bucket_bytes=32 << 10)  # several buckets for the test state
 
 
-def spawn_trainer(procs: ProcMesh, name: str) -> Trainer:
-    return procs.slice(procs=0).spawn(name, Trainer, SMALL_BUCKETS)
+def spawn_trainer(procs: ProcMesh, name: str, device: str = "cpu") -> Trainer:
+    return procs.slice(procs=0).spawn(name, Trainer, SMALL_BUCKETS, device)
 
 
 def spawn_generator(procs: ProcMesh, name: str, **kwargs: object) -> Generator:
@@ -184,3 +184,18 @@ async def test_publish_skips_slots_leased_by_readers() -> None:
     assert result.version == 3
     assert matches(into, 0)
     publisher.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+async def test_cuda_trainer_to_cuda_generator_with_cast(procs: ProcMesh) -> None:
+    """CUDA weights staged through page-locked staging memory, pulled into CUDA bf16."""
+    trainer = spawn_trainer(procs, "trainer_cuda", device="cuda")
+    generator = spawn_generator(procs, "generator_cuda", dtype=torch.bfloat16, device="cuda")
+    manifest = await trainer.publish.call_one(2)
+    outcome = await generator.try_pull.call_one(manifest, allow_cast=True)
+    assert outcome.result is not None, outcome.message
+    got = await generator.state_dict.call_one()
+    for name, t in version_state(2).items():
+        assert torch.equal(got[name], t.bfloat16())
+    await trainer.close_publisher.call_one()
