@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
 
+import cloudpickle  # type: ignore[import-untyped]
 import pytest
 from monarch.actor import Actor, ActorError, ProcMesh, current_rank, endpoint, this_host
 from replay_buffer import ReplayBuffer, ReplayBufferActor, ReplayBufferConfig
@@ -42,6 +44,13 @@ class Producer(Actor):
             group = make_group(f"p{self.rank}-g{i}", self.group_size, policy_version=0)
             await self.buffer.put.call_one(group)
         return n_groups
+
+
+# Monarch pickles these classes with cloudpickle (a torchmonarch dependency). By reference,
+# a worker process would import this module by the name pytest gave it, which only works
+# from a source checkout's root; by value, they reach workers however the tests are run
+# (e.g. against an installed wheel, from a scratch directory).
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 async def eventually(check: Callable[[], Awaitable[bool]], seconds: float = 30.0) -> None:
