@@ -120,6 +120,8 @@ class ReplayBuffer:
         positive multiple of `dp_size` (of `group_size * dp_size` for a grouped buffer) and
         at most `max_buffer_size` and `admission_limit`, or no batch could ever be formed.
         Sampled episodes are retired after their last allowed use (`max_resample_count`).
+        An episode's age is `curr_policy_version - policy_version`; it is negative only if
+        the caller passes a version older than the weights that produced the episode.
         """
         check_version("curr_policy_version", curr_policy_version)
         if self._last_version is not None and curr_policy_version < self._last_version:
@@ -197,8 +199,10 @@ class ReplayBuffer:
         self._arrival = ArrivalOrder()
         self._versions = VersionOrder()
         for key, item in self._items.items():
-            self._arrival.append(key, self._items)
-            self._versions.push(item.version, key, self._items)
+            if self._config.max_buffer_size is not None:
+                self._arrival.append(key, self._items)
+            if self._config.max_policy_age is not None:
+                self._versions.push(item.version, key, self._items)
         self._group_keys = (
             {item.episodes[0].group_id: k for k, item in self._items.items()}
             if self._config.group_size is not None
