@@ -97,6 +97,24 @@ async def test_strided_destination_and_staging_reuse_across_versions() -> None:
         p.close()
 
 
+async def test_replicated_destinations_read_one_shared_buffer() -> None:
+    src = Layout((8, 6), torch.float32, (2,), (Shard(0),))
+    dst = Layout((8, 6), torch.float32, (3,), (Replicate(),))
+    plan = PlanCache().get({"x": src}, {"x": dst})
+    full = torch.randn(8, 6)
+    shards = [{"x": src.local_shard(r, full).clone()} for r in range(2)]
+    publishers, exports = _publish(plan, shards, staged=True)
+    for export in exports:
+        assert len({h.uid for _, _, h in export.buffers}) == 1  # packed once for 3 readers
+    for rank in range(3):
+        out = torch.zeros(8, 6)
+        stats = await pull(plan, rank, exports, {"x": out})
+        assert torch.equal(out, full)
+        assert stats.bytes_read == 8 * 6 * 4
+    for p in publishers:
+        p.close()
+
+
 async def test_direct_mode_reads_the_live_source() -> None:
     # Direct mode shares the shard in place: a change after publish is what readers see.
     src = Layout((4,), torch.int64, (1,), (Replicate(),))

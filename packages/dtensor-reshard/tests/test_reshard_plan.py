@@ -62,3 +62,14 @@ def test_cache_rejects_mismatched_state_dicts() -> None:
     bad = dict(DST, w=Layout((6, 5), torch.float32, (3,), (Shard(1),)))
     with pytest.raises(ReshardError, match="tensor 'w': global shapes differ"):
         PlanCache().get(SRC, bad)
+
+
+def test_replicated_destinations_share_one_staging_buffer() -> None:
+    src = {"w": Layout((8, 4), torch.float32, (2,), (Shard(0),))}
+    dst = {"w": Layout((8, 4), torch.float32, (2, 3), (Replicate(), Shard(1)))}
+    plan = PlanCache().get(src, dst)
+    for rank in range(2):
+        # Destinations (0, j) and (1, j) hold the same columns: one buffer per column block.
+        assert plan.buffer_groups(rank) == tuple(
+            (torch.float32, (j, 3 + j)) for j in range(3) if dst["w"].local_box(j).numel
+        )

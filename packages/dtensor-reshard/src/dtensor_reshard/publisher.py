@@ -8,7 +8,8 @@ Two modes, both moving exactly the plan's bytes:
   no staging. Sources must not change until the destinations have pulled.
 - staged (`staged=True`, the default when `RDMA_TENSOR_TRANSPORT=rdma`): each remote piece is
   packed into a flat buffer per (destination rank, dtype), so every destination reads whole
-  buffers made for it alone, over any transport, RDMA across machines included. Buffers are
+  buffers holding only what it needs, over any transport, RDMA across machines included.
+  Destinations needing the same boxes (replicas) share one buffer, packed once. Buffers are
   snapshots (sources may change after `publish` returns) and are reused across versions.
 """
 
@@ -25,7 +26,8 @@ from dtensor_reshard.errors import ReshardError
 from dtensor_reshard.exports import LOCAL_SOURCES, SourceExport, local_shards
 from dtensor_reshard.reshard_plan import ReshardPlan
 
-_Buffers = list[tuple[int, torch.dtype, SharedTensor]]
+# (dtype, destination ranks reading it, the shared buffer): see ReshardPlan.buffer_groups.
+_Buffers = list[tuple[torch.dtype, tuple[int, ...], SharedTensor]]
 
 
 def _identity(t: torch.Tensor) -> tuple[object, ...]:
@@ -73,7 +75,7 @@ class ShardPublisher:
                 self.src_rank,
                 plan.fingerprint,
                 shards=(),
-                buffers=tuple((d, dtype, s.handle) for d, dtype, s in buffers),
+                buffers=tuple((d, dtype, s.handle) for dtype, ds, s in buffers for d in ds),
                 token=token,
             )
         else:
@@ -115,9 +117,9 @@ class ShardPublisher:
             self._free = (plan.fingerprint, [])
         buffers = self._free[1].pop() if self._free[1] else self._allocate(plan, local)
         with torch.no_grad():
-            for dst_rank, dtype, shared in buffers:
+            for dtype, dst_ranks, shared in buffers:
                 flat = shared.tensor
-                for slot in plan.slots(self.src_rank, dst_rank, dtype):
+                for slot in plan.slots(self.src_rank, dst_ranks[0], dtype):
                     box = slot.piece.src_box
                     target = flat[slot.offset : slot.offset + box.numel].view(box.sizes)
                     target.copy_(box.view(local[slot.name]))
@@ -127,10 +129,10 @@ class ShardPublisher:
         device = next(iter(local.values())).device
         buffers: _Buffers = []
         try:
-            for dst_rank, dtype in plan.buffers(self.src_rank):
-                numel = plan.buffer_numel(self.src_rank, dst_rank, dtype)
+            for dtype, dst_ranks in plan.buffer_groups(self.src_rank):
+                numel = plan.buffer_numel(self.src_rank, dst_ranks[0], dtype)
                 staging = torch.empty(numel, dtype=dtype, device=device)
-                buffers.append((dst_rank, dtype, share(staging, transport=self._transport)))
+                buffers.append((dtype, dst_ranks, share(staging, transport=self._transport)))
         except BaseException:
             _close(buffers)
             raise

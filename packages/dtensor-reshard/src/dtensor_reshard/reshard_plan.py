@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from dtensor_reshard.box import Box
 from dtensor_reshard.errors import ReshardError
 from dtensor_reshard.layout import Layout
 from dtensor_reshard.planner import Piece, TransferPlan, plan
@@ -100,6 +101,20 @@ class ReshardPlan:
         """(destination rank, dtype) of every staging buffer `src_rank` fills, in order."""
         keys = [(dst, dtype) for (src, dst, dtype) in self._slots if src == src_rank]
         return tuple(sorted(keys, key=lambda k: (k[0], str(k[1]))))
+
+    def buffer_groups(self, src_rank: int) -> tuple[tuple[torch.dtype, tuple[int, ...]], ...]:
+        """The distinct staging buffers `src_rank` fills: (dtype, destination ranks).
+
+        Destinations that need the very same source boxes from this rank (replicated
+        destinations, typically) share one buffer: it is packed and shared once, and each of
+        them reads all of it, so no destination reads a byte it does not need.
+        """
+        groups: dict[tuple[torch.dtype, tuple[tuple[str, Box], ...]], list[int]] = {}
+        for dst_rank, dtype in self.buffers(src_rank):
+            slots = self.slots(src_rank, dst_rank, dtype)
+            content = tuple((s.name, s.piece.src_box) for s in slots)
+            groups.setdefault((dtype, content), []).append(dst_rank)
+        return tuple((dtype, tuple(ranks)) for (dtype, _), ranks in groups.items())
 
     def slots(self, src_rank: int, dst_rank: int, dtype: torch.dtype) -> tuple[Slot, ...]:
         """What one staging buffer holds, back to back from offset 0 (empty: no buffer)."""
