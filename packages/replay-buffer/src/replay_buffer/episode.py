@@ -122,25 +122,24 @@ def check_version(name: str, version: object) -> int:
     return version
 
 
+def _check_1d(name: str, tensor: object, dtype: torch.dtype) -> torch.Tensor:
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"Episode.{name} must be a torch.Tensor, got {type(tensor).__name__}")
+    if tensor.dim() != 1:
+        raise ValueError(f"Episode.{name} must be 1-D, got shape {tuple(tensor.shape)}")
+    if tensor.dtype is not dtype:
+        raise TypeError(f"Episode.{name} must have dtype {dtype}, got {tensor.dtype}")
+    return tensor
+
+
 def _check_token_ids(name: str, ids: object) -> None:
-    if not isinstance(ids, torch.Tensor):
-        raise TypeError(f"Episode.{name} must be a torch.Tensor, got {type(ids).__name__}")
-    if ids.dim() != 1:
-        raise ValueError(f"Episode.{name} must be 1-D, got shape {tuple(ids.shape)}")
-    if ids.dtype is not torch.long:
-        raise TypeError(f"Episode.{name} must have dtype torch.long, got {ids.dtype}")
-    if ids.shape[0] == 0:
+    if _check_1d(name, ids, torch.long).shape[0] == 0:
         raise ValueError(f"Episode.{name} must hold at least one token, got 0")
 
 
-def _check_logprobs(logprobs: object, response_len: int) -> None:
+def _check_logprobs(value: object, response_len: int) -> None:
     name = "Episode.behavior_logprobs"
-    if not isinstance(logprobs, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(logprobs).__name__}")
-    if logprobs.dim() != 1:
-        raise ValueError(f"{name} must be 1-D, got shape {tuple(logprobs.shape)}")
-    if logprobs.dtype is not torch.float32:
-        raise TypeError(f"{name} must have dtype torch.float32, got {logprobs.dtype}")
+    logprobs = _check_1d("behavior_logprobs", value, torch.float32)
     if logprobs.shape[0] != response_len:
         raise ValueError(
             f"{name} must have one value per response token ({response_len}), "
