@@ -157,11 +157,20 @@ async def test_admission_control_paces_producers_in_other_processes(procs: ProcM
         await buffer.stop()
 
 
-async def test_stopping_the_buffer_releases_a_waiting_producer_and_ends_the_process() -> None:
+async def test_wait_for_room_then_stop_releases_a_waiting_producer_and_ends_the_process() -> None:
     procs = this_host().spawn_procs(per_host={"procs": 1})
     buffer = procs.spawn("buffer", ReplayBufferActor, ReplayBufferConfig(admission_limit=2))
     pid = await procs.spawn("pid", Pid).pid.call_one()
     await buffer.put.call_one([make_episode(), make_episode()])
+
+    # wait_for_room across processes: returns once a sample frees room.
+    room = asyncio.ensure_future(buffer.wait_for_room.call_one(1))
+    await asyncio.sleep(0.3)
+    assert not room.done()
+    assert await buffer.sample.call_one(0, 1) is not None
+    await asyncio.wait_for(room, timeout=30)
+
+    await buffer.add.call_one(make_episode())  # full again
     waiting = asyncio.ensure_future(buffer.put.call_one([make_episode()]))
     await asyncio.sleep(0.3)
     assert not waiting.done()  # full: the producer waits
