@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable, Iterator
 from math import prod
 
+import monarch.actor
 import pytest
 import torch
 import torch.distributed as dist
@@ -26,6 +27,28 @@ from torch.testing._internal.distributed.fake_pg import FakeStore
 sys.path.insert(0, os.path.dirname(__file__))
 
 WORLD_SIZE = 16
+
+
+@pytest.fixture(autouse=True)
+def _no_forced_transport(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests choose transports explicitly; a developer's RDMA_TENSOR_TRANSPORT must not leak."""
+    monkeypatch.delenv("RDMA_TENSOR_TRANSPORT", raising=False)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _tolerate_deliberate_kills() -> Iterator[None]:
+    """Monarch reports a SIGKILLed process to the controller seconds later, possibly after the
+    test that killed it; the default hook would then exit pytest. Kills are deliberate here
+    (test_killed_source.py); any other failure still goes to the default hook."""
+    default = monarch.actor.unhandled_fault_hook
+
+    def hook(failure: monarch.actor.MeshFailure) -> None:
+        if "Killed(sig=9)" not in str(failure):
+            default(failure)
+
+    monarch.actor.unhandled_fault_hook = hook
+    yield
+    monarch.actor.unhandled_fault_hook = default
 
 
 TorchShards = Callable[[Layout, torch.Tensor], list[torch.Tensor]]

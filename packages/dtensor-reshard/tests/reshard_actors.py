@@ -3,6 +3,7 @@ cannot import this directory, so cloudpickle ships the module itself."""
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 
@@ -14,6 +15,7 @@ from dtensor_reshard import (
     Placement,
     PlanCache,
     PullStats,
+    ReshardPlan,
     ShardPublisher,
     SourceExport,
     pull,
@@ -153,3 +155,23 @@ class DTensorWorker(Actor):
     @endpoint
     async def plans_computed(self) -> int:
         return self.cache.computed
+
+
+class PlainSource(Actor):
+    """A source rank holding plain local shards (no process group), for fault tests."""
+
+    def __init__(self) -> None:
+        self.publisher: ShardPublisher | None = None
+        self.shards: dict[str, torch.Tensor] = {}
+
+    @endpoint
+    async def publish(
+        self, plan: ReshardPlan, rank: int, shards: dict[str, torch.Tensor], staged: bool
+    ) -> SourceExport:
+        self.shards = shards
+        self.publisher = ShardPublisher(rank, staged=staged)
+        return self.publisher.publish(plan, self.shards)
+
+    @endpoint
+    async def pid(self) -> int:
+        return os.getpid()

@@ -133,12 +133,16 @@ async def pull(
             copy = (piece.dst_box.view(out[name]), piece.src_box.view(source))
             (local_copies if piece.local else remote_copies).append(copy)
 
-    reads = [
-        _read_buffer(handle, plan.slots(src_rank, dst_rank, dtype), out)
+    buffers = [
+        (handle, plan.slots(src_rank, dst_rank, dtype))
         for src_rank, export in sorted(by_rank.items())
         for d, dtype, handle in export.buffers
         if d == dst_rank
     ]
+    for handle, _ in buffers:
+        if choose_transport(handle) is not Transport.RDMA:
+            check_owner(handle.owner)  # a closed or dead same-machine source fails before writes
+    reads = [_read_buffer(handle, slots, out) for handle, slots in buffers]
     _, read = await asyncio.gather(
         asyncio.to_thread(_run, local_copies + remote_copies), asyncio.gather(*reads)
     )

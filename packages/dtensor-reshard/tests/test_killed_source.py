@@ -1,0 +1,54 @@
+"""A source process SIGKILLed after publishing: the destination's pull fails at once with
+rdma-tensor's clear error, and the destination shards are left exactly as they were."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+import pytest
+import torch
+from dtensor_reshard import Layout, PlanCache, pull
+from monarch.actor import this_host
+from rdma_tensor import PublisherDiedError
+from reshard_actors import PlainSource
+from torch.distributed.tensor import Replicate, Shard
+
+
+async def _until_dead(pid: int) -> None:
+    """SIGKILL is asynchronous: wait until the process has stopped running (gone or zombie)."""
+    for _ in range(200):
+        try:
+            with open(f"/proc/{pid}/stat") as f:  # noqa: ASYNC230 (procfs, never blocks)
+                if f.read().split(") ")[1].startswith(("Z", "X")):
+                    return
+        except FileNotFoundError:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"pid {pid} still running 10 s after SIGKILL")
+
+
+@pytest.mark.parametrize("staged", [False, True])
+async def test_pull_from_a_killed_source_fails_cleanly(staged: bool) -> None:
+    src = {"w": Layout((6, 4), torch.float32, (1,), (Replicate(),))}
+    dst = {"w": Layout((6, 4), torch.float32, (2,), (Shard(0),))}
+    plan = PlanCache().get(src, dst)
+    full = torch.randn(6, 4)
+    doomed = this_host().spawn_procs(per_host={"procs": 1})
+    try:
+        source = doomed.spawn("source", PlainSource)
+        export = await source.publish.call_one(plan, 0, {"w": full}, staged)
+        out = torch.zeros(3, 4)
+        await pull(plan, 0, [export], {"w": out})  # alive: the pull works
+        assert torch.equal(out, full[:3])
+
+        pid = await source.pid.call_one()
+        os.kill(pid, signal.SIGKILL)
+        await _until_dead(pid)
+        untouched = torch.full((3, 4), 5.0)
+        with pytest.raises(PublisherDiedError, match=f"pid {pid}"):
+            await pull(plan, 1, [export], {"w": untouched})
+        assert bool((untouched == 5.0).all())
+    finally:
+        await doomed.stop()
