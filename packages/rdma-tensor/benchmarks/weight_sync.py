@@ -63,7 +63,9 @@ def holds(state: dict[str, torch.Tensor], fill: float) -> bool:
 
 class Trainer(Actor):
     @endpoint
-    async def setup(self, total_bytes: int) -> None:
+    async def setup(self, total_bytes: int, threads: int) -> None:
+        if threads:
+            torch.set_num_threads(threads)
         self.state = make_state(total_bytes, 0.0)
         self.spare = make_state(total_bytes, 0.0)  # target of the reference copy_
         self.publisher = Publisher()
@@ -118,7 +120,9 @@ class Trainer(Actor):
 
 class Generator(Actor):
     @endpoint
-    async def setup(self, total_bytes: int) -> None:
+    async def setup(self, total_bytes: int, threads: int) -> None:
+        if threads:
+            torch.set_num_threads(threads)
         self.state = make_state(total_bytes, -1.0)
         self.source = make_state(total_bytes, 0.0)  # memcpy's source, in this process
 
@@ -183,13 +187,15 @@ def _free_port() -> int:
 
 
 async def bench_size(
-    label: str, total: int, repeats: int
+    label: str, total: int, repeats: int, threads: int
 ) -> tuple[list[dict[str, object]], dict[str, float]]:
     """Runs every method once per round, round-robin, so load drift hits them all alike."""
     procs = this_host().spawn_procs(per_host={"procs": 2})
     trainer = procs.slice(procs=0).spawn("trainer", Trainer)
     generator = procs.slice(procs=1).spawn("generator", Generator)
-    await asyncio.gather(trainer.setup.call_one(total), generator.setup.call_one(total))
+    await asyncio.gather(
+        trainer.setup.call_one(total, threads), generator.setup.call_one(total, threads)
+    )
     buffers = await trainer.rdma_buffers.call_one()
     port = _free_port()
     await asyncio.gather(trainer.gloo_init.call_one(port), generator.gloo_init.call_one(port))
@@ -282,17 +288,25 @@ async def main() -> None:
     parser.add_argument("--quick", action="store_true", help="the 256 MB size only")
     parser.add_argument("--json", type=Path, help="write the rows to this file")
     parser.add_argument("--repeats", type=int, default=5, help="timed rounds per method")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="torch threads in the trainer and generator (0: torch's default); 1 steadies "
+        "the copies on an oversubscribed machine",
+    )
     args = parser.parse_args()
     sizes = {"256MB": SIZES["256MB"]} if args.quick else SIZES
+    threads = args.threads or torch.get_num_threads()
     print(
-        f"machine: {os.cpu_count()} CPUs, torch {torch.__version__} with "
-        f"{torch.get_num_threads()} threads, load average {os.getloadavg()}",
+        f"machine: {os.cpu_count()} CPUs, torch {torch.__version__}, {threads} torch threads "
+        f"per process, load average {os.getloadavg()}",
         flush=True,
     )
     all_rows: list[dict[str, object]] = []
     for label, total in sizes.items():
         repeats = max(2, args.repeats // 2) if total >= 1 << 30 else args.repeats
-        rows, extra = await bench_size(label, total, repeats)
+        rows, extra = await bench_size(label, total, repeats, args.threads)
         report(label, rows, extra)
         all_rows += rows
     print(f"load average after: {os.getloadavg()}")

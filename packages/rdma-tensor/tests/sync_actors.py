@@ -30,6 +30,7 @@ from rdma_tensor import (
     share,
 )
 from rdma_tensor import _shm as shm
+from rdma_tensor._pull_shm import STATS
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -224,3 +225,8 @@ class Generator(WeightSubscriber):
     @endpoint
     async def mapped_bytes(self) -> int:
         return shm.mapped_bytes()
+
+    @endpoint
+    async def pipeline_stats(self) -> tuple[int, int]:
+        """(pipelined pulls, pipelined pulls undone) in this process."""
+        return STATS.pipelined, STATS.rollbacks

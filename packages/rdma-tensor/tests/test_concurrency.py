@@ -4,12 +4,23 @@ with must be exactly one version (checked bit for bit against that version's dat
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from typing import Any
 
 import pytest
 import torch
 from monarch.actor import ProcMesh
-from rdma_tensor import Publisher, PublisherConfig, ReadResult, TensorHandle, Transport, pull
+from rdma_tensor import (
+    Publisher,
+    PublisherClosedError,
+    PublisherConfig,
+    ReadResult,
+    TensorHandle,
+    Transport,
+    pull,
+)
+from rdma_tensor._pull_shm import STATS
 from sync_actors import Generator, Trainer, matches, version_state
 
 LAST = 40
@@ -75,3 +86,52 @@ async def test_rdma_reader_discards_a_slot_rewritten_under_it(
     assert result.version == 3
     assert matches(into, 3)
     publisher.close()
+
+
+async def test_pipelined_pull_copies_buckets_as_they_are_staged() -> None:
+    """A reader waiting for the next version copies each bucket as soon as the publisher
+    marks it written (the publisher here is a thread staging one bucket every 30 ms)."""
+    publisher = Publisher(PublisherConfig(bucket_bytes=16 << 10))
+    first = publisher.publish(version_state(1), 1)
+    into = {n: torch.zeros_like(t) for n, t in version_state(1).items()}
+    await pull(first, into=into)
+    slot, second, tensors = publisher._begin(version_state(2), 2)
+    n_buckets = len(first.layout.bucket_nbytes)
+    marked: list[float] = []
+
+    def stage() -> None:
+        for k in range(n_buckets):
+            time.sleep(0.03)
+            publisher._write(slot, tensors, buckets=[k])
+            marked.append(time.perf_counter())
+        publisher._commit(slot, second)
+
+    before = STATS.pipelined
+    thread = threading.Thread(target=stage)
+    thread.start()
+    result = await pull(first, into=into, min_version=2)
+    done = time.perf_counter()
+    thread.join()
+    assert result.version == 2
+    assert STATS.pipelined == before + 1
+    assert matches(into, 2)
+    # It finished right after the last bucket was staged, not after a full copy later.
+    assert done - marked[-1] < 0.5
+    publisher.close()
+
+
+async def test_pipelined_pull_undoes_its_copies_when_the_publisher_closes_mid_version() -> None:
+    publisher = Publisher(PublisherConfig(bucket_bytes=16 << 10))
+    first = publisher.publish(version_state(1), 1)
+    into = {n: torch.zeros_like(t) for n, t in version_state(1).items()}
+    await pull(first, into=into)
+    slot, _, tensors = publisher._begin(version_state(2), 2)
+    publisher._write(slot, tensors, buckets=[0])
+    closer = threading.Timer(0.2, publisher.close)
+    rollbacks = STATS.rollbacks
+    closer.start()
+    with pytest.raises(PublisherClosedError):
+        await pull(first, into=into, min_version=2)
+    closer.join()
+    assert STATS.rollbacks == rollbacks + 1
+    assert matches(into, 1)  # bucket 0 of version 2 was copied, then restored

@@ -15,32 +15,46 @@ from rdma_tensor import Manifest, PublisherConfig, Transport
 from sync_actors import Generator, Outcome, Trainer
 
 
-@pytest.mark.parametrize("transport", [Transport.SHM, Transport.RDMA])
+@pytest.mark.parametrize(
+    ("transport", "pipelined"),
+    [(Transport.SHM, True), (Transport.SHM, False), (Transport.RDMA, False)],
+    ids=["shm-pipelined", "shm-waiting", "rdma"],
+)
 async def test_pull_fails_fast_and_cleanly_when_the_publisher_is_killed_mid_publish(
-    procs: ProcMesh, transport: Transport
+    procs: ProcMesh, transport: Transport, pipelined: bool
 ) -> None:
+    """pipelined: the generator's version is still staged, so the pull starts copying the new
+    version's first bucket before it stalls, and must undo that. waiting: the generator's
+    version is gone from staging, so the pull waits for the new version to complete."""
     # conftest.py keeps Monarch's report of the deliberate kill from exiting pytest.
     doomed = this_host().spawn_procs(per_host={"procs": 1})
     try:
         trainer = doomed.spawn("trainer", Trainer, PublisherConfig(bucket_bytes=16 << 10))
-        generator = procs.slice(procs=1).spawn(f"generator_killed_{transport.value}", Generator)
+        name = f"generator_killed_{transport.value}_{pipelined}"
+        generator = procs.slice(procs=1).spawn(name, Generator)
         good = await trainer.publish.call_one(1)
         assert (await generator.try_pull.call_one(good, transport=transport)).result is not None
-        half = await trainer.stage_first_bucket.call_one(2)
+        if not pipelined:
+            for version in (2, 3):  # both slots move past version 1
+                await trainer.publish.call_one(version)
+        _, rollbacks_before = await generator.pipeline_stats.call_one()
+        half = await trainer.stage_first_bucket.call_one(4)
         pending = asyncio.ensure_future(_pull(generator, half, transport))
-        await asyncio.sleep(1.0)  # the generator is now waiting for version 2 to complete
+        await asyncio.sleep(1.0)  # the generator is now waiting for version 4 to complete
         assert not pending.done()
         pid = await trainer.pid.call_one()
         killed_at = time.monotonic()
         os.kill(pid, signal.SIGKILL)
         outcome = await pending
         waited = time.monotonic() - killed_at
-        print(f"pull failed {waited:.3f}s after the kill ({transport.value})")
+        print(f"pull failed {waited:.3f}s after the kill ({transport.value}, {pipelined=})")
         assert outcome.error == "PublisherDiedError", outcome
         assert f"pid {pid}" in outcome.message
         assert "died" in outcome.message
         assert waited < 10.0, f"noticed the dead publisher only after {waited:.1f}s"
         assert await generator.holds.call_one(1)  # the last good version, untouched
+        _, rollbacks = await generator.pipeline_stats.call_one()
+        assert rollbacks - rollbacks_before == (1 if pipelined else 0)
         assert await generator.mapped_bytes.call_one() == 0
         assert not [f for f in os.listdir("/dev/shm") if str(pid) in f]
     finally:

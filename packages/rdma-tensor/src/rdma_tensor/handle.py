@@ -97,7 +97,11 @@ class TensorHandle:
         chosen = choose_transport(self, transport)
         start = time.perf_counter()
         if is_local(self.owner.process):
-            check_owner(self.owner)
+            try:
+                check_owner(self.owner)
+            except (PublisherClosedError, PublisherDiedError):
+                forget_owner(self.owner)
+                raise
         if chosen is Transport.RDMA:
             await _read_rdma(self, dst, offset, timeout)
         else:
@@ -175,16 +179,24 @@ def _check_read(handle: TensorHandle, dst: torch.Tensor, offset: int) -> int:
 
 
 def check_owner(owner: Owner) -> None:
-    """Raises if the owner (on this machine) closed the memory or died."""
+    """Raises if the owner (on this machine) closed the memory or died.
+
+    Callers let go of the owner's memory afterwards with `forget_owner`, once they no longer
+    use it (a pull may still need it to restore the previous version).
+    """
     state = owner_state(owner)
     if state is OwnerState.OPEN:
         return
-    _shm.forget(owner.process)
-    _cuda_ipc.forget(owner.process)
     pid = owner.process.pid
     if state is OwnerState.CLOSED:
         raise PublisherClosedError(f"the owner (pid {pid}) closed this shared memory")
     raise PublisherDiedError(f"the owner process (pid {pid}) died")
+
+
+def forget_owner(owner: Owner) -> None:
+    """Drops this process's mappings and opened handles of `owner`'s memory."""
+    _shm.forget(owner.process)
+    _cuda_ipc.forget(owner.process)
 
 
 def local_tensor(handle: TensorHandle, transport: Transport) -> torch.Tensor:

@@ -25,8 +25,8 @@ from rdma_tensor.errors import (
     SlotsBusyError,
     StaleVersionError,
 )
-from rdma_tensor.manifest import Layout, Manifest
-from rdma_tensor.staging import StagingSlot
+from rdma_tensor.manifest import Layout, Manifest, TensorEntry
+from rdma_tensor.staging import MAX_BUCKETS, StagingSlot
 from rdma_tensor.transport import Transport, transport_override
 
 
@@ -36,7 +36,8 @@ class PublisherConfig:
 
     slots: staging slots (>= 2), each the size of the packed state dict; more slots let
         more slow readers finish old versions while new ones are published.
-    bucket_bytes: target bucket size in bytes; one bucket is one RDMA transfer.
+    bucket_bytes: target bucket size in bytes. One bucket is one RDMA transfer, and the
+        unit a waiting reader copies while the next one is being staged.
     transport: force readers onto one transport (None: `RDMA_TENSOR_TRANSPORT` or auto).
         CUDA_IPC is not allowed: staging memory is CPU memory.
     busy_timeout_s: how long `publish` waits, in seconds, if readers lease every slot
@@ -44,7 +45,7 @@ class PublisherConfig:
     """
 
     slots: int = 2
-    bucket_bytes: int = 64 << 20
+    bucket_bytes: int = 16 << 20
     transport: Transport | None = None
     busy_timeout_s: float = 30.0
 
@@ -142,19 +143,26 @@ class Publisher:
         tensors: Sequence[torch.Tensor],
         buckets: Sequence[int] | None = None,
     ) -> None:
+        """Copies the tensors in, bucket by bucket, marking each bucket as it completes so
+        that waiting readers can start on it (`buckets`: only these, for tests)."""
         assert self._layout is not None
         on_cuda = any(t.is_cuda for t in tensors)
         if on_cuda:
             slot.pin()
+        version = slot.version
+        by_bucket: list[list[tuple[TensorEntry, torch.Tensor]]] = [[] for _ in slot.buckets]
+        for entry, src in zip(self._layout.entries, tensors, strict=True):
+            by_bucket[entry.bucket].append((entry, src))
         with torch.no_grad():
-            for entry, src in zip(self._layout.entries, tensors, strict=True):
-                if buckets is not None and entry.bucket not in buckets:
+            for k, bucket in enumerate(slot.buckets):
+                if buckets is not None and k not in buckets:
                     continue
-                bucket = slot.buckets[entry.bucket]
-                dst = bucket[entry.offset : entry.offset + entry.nbytes].view(entry.dtype)
-                dst.view(entry.shape).copy_(src, non_blocking=slot.pinned)
-        if on_cuda:
-            torch.cuda.synchronize()
+                for entry, src in by_bucket[k]:
+                    dst = bucket[entry.offset : entry.offset + entry.nbytes]
+                    dst.view(entry.dtype).view(entry.shape).copy_(src, non_blocking=slot.pinned)
+                if on_cuda:
+                    torch.cuda.synchronize()
+                slot.mark_bucket(k, version)
 
     def _commit(self, slot: StagingSlot, manifest: Manifest) -> Manifest:
         slot.complete()
@@ -186,7 +194,13 @@ class Publisher:
             raise MismatchError("cannot publish this state dict:\n  " + "\n  ".join(problems))
         specs = [TensorSpec(n, t.dtype, tuple(t.shape)) for n, t in tensors.items()]
         if self._layout is None:
-            self._layout = plan_layout(specs, self.config.bucket_bytes)
+            layout = plan_layout(specs, self.config.bucket_bytes)
+            if len(layout.bucket_nbytes) > MAX_BUCKETS:
+                raise MismatchError(
+                    f"{len(layout.bucket_nbytes)} buckets exceed the {MAX_BUCKETS} a slot "
+                    "header can track; raise PublisherConfig.bucket_bytes"
+                )
+            self._layout = layout
         else:
             published = [TensorSpec(e.name, e.dtype, e.shape) for e in self._layout.entries]
             if specs != published:

@@ -2,24 +2,24 @@
 
     result = await pull(manifest, into=model.state_dict())   # in place, all or nothing
 
-`pull` checks `into` against the manifest before touching anything, waits until a version at
-least as new as the manifest's is completely staged, and copies it into `into` in one go:
+`pull` checks `into` against the manifest before touching anything, then waits for a version
+at least as new as the manifest's and applies the newest one:
 
-- same machine (shared memory): under a lease on the slot, straight from the publisher's
-  mapped staging memory into `into` (one copy, no socket, no scratch). The lease keeps the
-  publisher off that slot, so the copy cannot be torn, and the copy is a plain memory copy
-  that cannot fail half-way, so `into` holds either the old or the new version;
-- RDMA (other machines, or forced): buckets are read into scratch memory, the slot header is
-  read again to prove no rewrite started meanwhile (else retry, possibly with a newer
-  version), and only then copied into `into`.
+- same machine (shared memory, `_pull_shm`): straight from the publisher's mapped staging
+  memory into `into` (one copy, no socket, no scratch), under a lease that keeps the
+  publisher off that slot. A version still being staged is copied bucket by bucket as it
+  arrives when the previous version can restore `into` if the new one stops arriving;
+- RDMA (other machines, or forced, `_pull_rdma`): buckets are read into scratch memory and
+  verified (the slot was not rewritten meanwhile, else retry) before they go into `into`.
 
 If the publisher died, was closed, or the version does not arrive within `timeout`, `pull`
-raises and `into` is unchanged.
+raises and `into` holds what it held before.
+
+Run concurrent pulls into the same tensors one at a time (e.g. from one actor endpoint).
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -27,27 +27,22 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from rdma_tensor import _shm
-from rdma_tensor._owner import is_local
+from rdma_tensor._pull_rdma import pull_rdma
+from rdma_tensor._pull_shm import pull_shm
+from rdma_tensor._pulling import Goal, Plan
 from rdma_tensor.errors import (
     MismatchError,
     PublisherClosedError,
     PublisherDiedError,
-    PullTimeoutError,
     StaleVersionError,
     TransportError,
 )
-from rdma_tensor.handle import TensorHandle, check_owner, choose_transport
-from rdma_tensor.manifest import Manifest, TensorEntry
-from rdma_tensor.staging import HEADER_BYTES, SlotHeader, SlotState
+from rdma_tensor.handle import choose_transport, forget_owner
+from rdma_tensor.manifest import Manifest
 from rdma_tensor.transport import Transport
 
 if TYPE_CHECKING:
     from rdma_tensor.actors import WeightPublisher
-
-Plan = list[tuple[TensorEntry, torch.Tensor]]
-
-_WATCH_S = 0.05  # how often a waiting RDMA pull checks that a same-machine owner is alive
 
 
 @dataclass(frozen=True)
@@ -115,13 +110,17 @@ async def pull(
         )
     chosen = choose_transport(manifest.slots[0].header, transport)
     deadline = time.monotonic() + timeout
-    goal = _Goal(want, applied, deadline, timeout)
-    if chosen is Transport.SHM:
-        result = await _pull_shm(manifest, plan, goal)
-    elif chosen is Transport.RDMA:
-        result = await _pull_rdma(manifest, plan, goal)
-    else:
-        raise TransportError("staging memory is CPU memory: cuda_ipc cannot carry it")
+    goal = Goal(want, applied, deadline, timeout)
+    try:
+        if chosen is Transport.SHM:
+            result = await pull_shm(manifest, plan, goal)
+        elif chosen is Transport.RDMA:
+            result = await pull_rdma(manifest, plan, goal)
+        else:
+            raise TransportError("staging memory is CPU memory: cuda_ipc cannot carry it")
+    except (PublisherClosedError, PublisherDiedError):
+        forget_owner(manifest.slots[0].header.owner)  # let the kernel free its memory
+        raise
     _applied[key] = result.version
     seconds = time.perf_counter() - start
     return PullResult(
@@ -134,25 +133,6 @@ async def pull(
         seconds=seconds,
         retries=result.retries,
     )
-
-
-@dataclass(frozen=True)
-class _Goal:
-    """What a pull waits for: a complete version >= `want`, until `deadline` (monotonic)."""
-
-    want: int
-    applied: int | None
-    deadline: float
-    wait_s: float
-
-
-@dataclass(frozen=True)
-class _Outcome:
-    version: int
-    changed: bool
-    nbytes: int
-    copy_seconds: float
-    retries: int = 0
 
 
 def _plan(manifest: Manifest, into: Mapping[str, torch.Tensor], allow_cast: bool) -> Plan:
@@ -192,134 +172,3 @@ def _plan(manifest: Manifest, into: Mapping[str, torch.Tensor], allow_cast: bool
             + "\n  ".join(problems)
         )
     return plan
-
-
-def _copy(plan: Plan, buckets: list[torch.Tensor]) -> None:
-    """Copies every entry from its bucket bytes into its destination (casting if needed)."""
-    with torch.no_grad():
-        for e, dst in plan:
-            src = buckets[e.bucket][e.offset : e.offset + e.nbytes].view(e.dtype).view(e.shape)
-            dst.copy_(src)
-    devices = {dst.device for _, dst in plan if dst.is_cuda}
-    for device in devices:
-        torch.cuda.synchronize(device)
-
-
-def _newest(headers: list[SlotHeader], want: int) -> int | None:
-    """The slot holding the newest complete version >= want, if any."""
-    best = None
-    for i, h in enumerate(headers):
-        if h.complete and h.version >= want and (best is None or h.version > headers[best].version):
-            best = i
-    return best
-
-
-def _timeout_error(want: int, timeout: float, headers: list[SlotHeader]) -> PullTimeoutError:
-    held = ", ".join(f"{h.state.name.lower()} v{h.version}" for h in headers)
-    return PullTimeoutError(f"version >= {want} was not staged within {timeout}s (slots: {held})")
-
-
-def _check_not_closed(headers: list[SlotHeader]) -> None:
-    if any(h.state is SlotState.CLOSED for h in headers):
-        raise PublisherClosedError("the publisher was closed")
-
-
-async def _pull_shm(manifest: Manifest, plan: Plan, goal: _Goal) -> _Outcome:
-    want, applied, deadline, wait_s = goal.want, goal.applied, goal.deadline, goal.wait_s
-    owner = manifest.slots[0].header.owner
-    check_owner(owner)
-    slots = []
-    for ref in manifest.slots:
-        assert ref.header.shm is not None
-        header, fd = _shm.local_view(owner.process, ref.header.shm)
-        buckets = [_shm.local_view(owner.process, b.shm)[0] for b in ref.buckets if b.shm]
-        slots.append((header, fd, buckets))
-    backoff = 0.0002
-    while True:
-        check_owner(owner)
-        headers = [SlotHeader.parse(h) for h, _, _ in slots]
-        _check_not_closed(headers)
-        best = _newest(headers, want)
-        if best is not None:
-            if headers[best].version == applied:
-                return _Outcome(headers[best].version, False, 0, 0.0)
-            header, fd, buckets = slots[best]
-            if _shm.try_lock(fd, exclusive=False):
-                try:
-                    # Re-read under the lease: the publisher may have claimed it just before.
-                    if SlotHeader.parse(header) == headers[best]:
-                        t0 = time.perf_counter()
-                        _copy(plan, buckets)
-                        nbytes = sum(e.nbytes for e, _ in plan)
-                        return _Outcome(
-                            headers[best].version, True, nbytes, time.perf_counter() - t0
-                        )
-                finally:
-                    _shm.unlock(fd)
-        if time.monotonic() > deadline:
-            raise _timeout_error(want, wait_s, headers)
-        await asyncio.sleep(backoff)
-        backoff = min(backoff * 2, 0.01)
-
-
-async def _pull_rdma(manifest: Manifest, plan: Plan, goal: _Goal) -> _Outcome:
-    want, applied, deadline, wait_s = goal.want, goal.applied, goal.deadline, goal.wait_s
-    owner = manifest.slots[0].header.owner
-    local = is_local(owner.process)
-
-    async def read(handle: TensorHandle, dst: torch.Tensor) -> None:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise PullTimeoutError(f"version >= {want} did not arrive within {wait_s}s")
-        transfer = asyncio.ensure_future(
-            handle.read_into(dst, timeout=remaining, transport=Transport.RDMA)
-        )
-        try:
-            # A transfer from a dead owner only ends at its timeout; on the owner's machine
-            # we can see the death sooner and stop waiting.
-            while not (await asyncio.wait({transfer}, timeout=_WATCH_S))[0]:
-                if local:
-                    check_owner(owner)
-            transfer.result()
-        except (PublisherClosedError, PublisherDiedError, PullTimeoutError):
-            transfer.cancel()
-            raise
-        except Exception as e:
-            if local:
-                check_owner(owner)
-            raise TransportError(
-                f"RDMA read from the publisher on {owner.process.machine.hostname!r} failed "
-                f"(closed, dead or unreachable): {e}"
-            ) from e
-
-    headers_raw = [torch.empty(HEADER_BYTES, dtype=torch.uint8) for _ in manifest.slots]
-    scratch = [torch.empty(n, dtype=torch.uint8) for n in manifest.layout.bucket_nbytes]
-    retries, backoff = 0, 0.001
-    while True:
-        if local:
-            check_owner(owner)
-        await asyncio.gather(
-            *(read(s.header, h) for s, h in zip(manifest.slots, headers_raw, strict=True))
-        )
-        headers = [SlotHeader.parse(h) for h in headers_raw]
-        _check_not_closed(headers)
-        best = _newest(headers, want)
-        if best is not None:
-            if headers[best].version == applied:
-                return _Outcome(headers[best].version, False, 0, 0.0, retries)
-            ref = manifest.slots[best]
-            t0 = time.perf_counter()
-            await asyncio.gather(*(read(b, s) for b, s in zip(ref.buckets, scratch, strict=True)))
-            await read(ref.header, headers_raw[best])
-            if SlotHeader.parse(headers_raw[best]) == headers[best]:
-                _copy(plan, scratch)
-                nbytes = sum(e.nbytes for e, _ in plan)
-                return _Outcome(
-                    headers[best].version, True, nbytes, time.perf_counter() - t0, retries
-                )
-            retries += 1  # the publisher began rewriting that slot mid-read: discard, retry
-            continue
-        if time.monotonic() > deadline:
-            raise _timeout_error(want, wait_s, headers)
-        await asyncio.sleep(backoff)
-        backoff = min(backoff * 2, 0.02)

@@ -6,6 +6,7 @@ seqlock with a state:
     words[1] seq      odd while the slot is being (re)written, even otherwise
     words[2] state    EMPTY, WRITING, COMPLETE or CLOSED
     words[3] version  the version being written or held
+    words[8 + k]      the version whose bucket k is completely written (pipelined readers)
 
 The publisher claims a slot by taking an exclusive `flock` on it, which fails while any
 same-machine reader holds a shared lease; so a reader copying from a slot cannot be torn, and
@@ -31,7 +32,8 @@ from rdma_tensor.transport import Transport
 
 HEADER_BYTES = 4096
 _MAGIC = 0x544F4C5354414452  # "RDATSLOT"
-_W_MAGIC, _W_SEQ, _W_STATE, _W_VERSION = 0, 1, 2, 3
+_W_MAGIC, _W_SEQ, _W_STATE, _W_VERSION, _W_BUCKETS = 0, 1, 2, 3, 8
+MAX_BUCKETS = HEADER_BYTES // 8 - _W_BUCKETS
 
 
 class SlotState(enum.IntEnum):
@@ -60,6 +62,12 @@ class SlotHeader:
     @property
     def complete(self) -> bool:
         return self.state is SlotState.COMPLETE and self.seq % 2 == 0
+
+
+def bucket_version(header: torch.Tensor, bucket: int) -> int:
+    """The version whose bucket `bucket` is completely written in this slot."""
+    start = 8 * (_W_BUCKETS + bucket)
+    return int(header[start : start + 8].view(torch.int64).item())
 
 
 class StagingSlot:
@@ -102,6 +110,9 @@ class StagingSlot:
             _shm.unlock(self._fd)
         self.version = version
         return True
+
+    def mark_bucket(self, bucket: int, version: int) -> None:
+        self._words[_W_BUCKETS + bucket] = version
 
     def complete(self) -> None:
         self._words[_W_STATE] = SlotState.COMPLETE

@@ -1,0 +1,98 @@
+"""Pulling over RDMA (another machine, or forced): no leases, so verify and retry.
+
+Headers and buckets are read into local memory; the slot's header is read again after the
+buckets, and if its sequence number moved the publisher started rewriting the slot during the
+read: the bytes are thrown away and the pull retries with whatever is newest then. Only a
+verified version is copied from scratch into `into`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import torch
+
+from rdma_tensor._owner import is_local
+from rdma_tensor._pulling import (
+    Goal,
+    Outcome,
+    Plan,
+    check_not_closed,
+    copy_entries,
+    newest,
+    plan_bytes,
+    timeout_error,
+)
+from rdma_tensor.errors import (
+    PublisherClosedError,
+    PublisherDiedError,
+    PullTimeoutError,
+    TransportError,
+)
+from rdma_tensor.handle import TensorHandle, check_owner
+from rdma_tensor.manifest import Manifest
+from rdma_tensor.staging import HEADER_BYTES, SlotHeader, SlotState
+from rdma_tensor.transport import Transport
+
+_WATCH_S = 0.05  # how often a waiting RDMA read checks that a same-machine owner is alive
+
+
+async def pull_rdma(manifest: Manifest, plan: Plan, goal: Goal) -> Outcome:
+    owner = manifest.slots[0].header.owner
+    local = is_local(owner.process)
+
+    async def read(handle: TensorHandle, dst: torch.Tensor) -> None:
+        remaining = goal.deadline - time.monotonic()
+        if remaining <= 0:
+            raise PullTimeoutError(f"version >= {goal.want} did not arrive within {goal.wait_s}s")
+        transfer = asyncio.ensure_future(
+            handle.read_into(dst, timeout=remaining, transport=Transport.RDMA)
+        )
+        try:
+            # A transfer from a dead owner only ends at its timeout; on the owner's machine
+            # we can see the death sooner and stop waiting.
+            while not (await asyncio.wait({transfer}, timeout=_WATCH_S))[0]:
+                if local:
+                    check_owner(owner)
+            transfer.result()
+        except (PublisherClosedError, PublisherDiedError, PullTimeoutError):
+            transfer.cancel()
+            raise
+        except Exception as e:
+            if local:
+                check_owner(owner)
+            raise TransportError(
+                f"RDMA read from the publisher on {owner.process.machine.hostname!r} failed "
+                f"(closed, dead or unreachable): {e}"
+            ) from e
+
+    headers_raw = [torch.empty(HEADER_BYTES, dtype=torch.uint8) for _ in manifest.slots]
+    scratch = [torch.empty(n, dtype=torch.uint8) for n in manifest.layout.bucket_nbytes]
+    retries, backoff = 0, 0.001
+    while True:
+        if local:
+            check_owner(owner)
+        await asyncio.gather(
+            *(read(s.header, h) for s, h in zip(manifest.slots, headers_raw, strict=True))
+        )
+        headers = [SlotHeader.parse(h) for h in headers_raw]
+        check_not_closed(headers)
+        best = newest(headers, goal.want, SlotState.COMPLETE)
+        if best is not None:
+            if headers[best].version == goal.applied:
+                return Outcome(headers[best].version, False, 0, 0.0, retries)
+            ref = manifest.slots[best]
+            t0 = time.perf_counter()
+            await asyncio.gather(*(read(b, s) for b, s in zip(ref.buckets, scratch, strict=True)))
+            await read(ref.header, headers_raw[best])
+            if SlotHeader.parse(headers_raw[best]) == headers[best]:
+                copy_entries(plan, scratch)
+                elapsed = time.perf_counter() - t0
+                return Outcome(headers[best].version, True, plan_bytes(plan), elapsed, retries)
+            retries += 1  # the publisher began rewriting that slot mid-read: discard, retry
+            continue
+        if time.monotonic() > goal.deadline:
+            raise timeout_error(goal, headers)
+        await asyncio.sleep(backoff)
+        backoff = min(backoff * 2, 0.02)
