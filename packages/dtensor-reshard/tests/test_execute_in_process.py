@@ -213,3 +213,22 @@ async def test_colocated_pieces_are_copied_in_process() -> None:
     for p in publishers:
         p.close()
     assert prod(out.shape) == 8
+
+
+async def test_direct_mode_shares_replaced_tensors_anew() -> None:
+    # Version after version the source hands over *new* tensors (e.g. a rebuilt model): the
+    # publisher must share each new one, never serve a stale handle for an old one, even when
+    # the allocator hands the new tensor an address an old one had before it was shared.
+    src = Layout((64, 32), torch.float32, (1,), (Replicate(),))
+    dst = Layout((64, 32), torch.float32, (2,), (Shard(1),))
+    plan = PlanCache().get({"x": src}, {"x": dst})
+    publisher = ShardPublisher(0, staged=False)
+    for version in range(6):
+        full = torch.full((64, 32), float(version))
+        exports = [publisher.publish(plan, {"x": full})]
+        out = torch.zeros(64, 16)
+        await pull(plan, 1, exports, {"x": out})
+        assert bool((out == version).all()), f"version {version} read stale data"
+        publisher.release()
+        del full
+    publisher.close()

@@ -105,7 +105,11 @@ class ShardPublisher:
                 if cached is not None:
                     cached[1].close()
                 kind = Transport.CUDA_IPC if tensor.is_cuda else Transport.SHM
-                self._shards[name] = (key, share(tensor, transport=self._transport or kind))
+                shared = share(tensor, transport=self._transport or kind)
+                # Sharing a CPU tensor moves its storage into shared memory, so its address
+                # changes: key on the new one. (The old address is free for reuse, and a new
+                # tensor allocated there must not be mistaken for this one.)
+                self._shards[name] = (_identity(tensor), shared)
             handles.append((name, self._shards[name][1].handle))
         return tuple(handles)
 
