@@ -1,0 +1,129 @@
+"""GRPO's math as pure functions: group-normalised advantages and the token-level loss.
+
+Nothing here knows about models, processes or Monarch; tests check every formula against
+hand-computed values.
+
+Shapes: B sequences (episodes), T response positions (right-padded), `mask` is 1.0 on real
+response tokens and 0.0 on padding. Log-probs are natural-log probabilities of the sampled
+tokens, float32.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+ImportanceMode = Literal["clip", "truncate"]
+
+
+def group_advantages(
+    rewards: Tensor, group_size: int, scale_by_std: bool = True, eps: float = 1e-6
+) -> Tensor:
+    """Advantage of each episode relative to the others answering the same prompt.
+
+    `rewards` is [B] with B a multiple of `group_size`, consecutive entries sharing a prompt.
+    Returns [B]: `r - mean(group)`, divided by the group's (population) standard deviation
+    plus `eps` when `scale_by_std`. A group whose rewards are all equal gets zeros: it says
+    nothing about which answer is better.
+    """
+    if rewards.dim() != 1 or rewards.numel() % group_size != 0:
+        raise ValueError(
+            f"rewards must be 1-D with a multiple of group_size={group_size} entries, "
+            f"got shape {tuple(rewards.shape)}"
+        )
+    r = rewards.float().view(-1, group_size)
+    centred = r - r.mean(dim=1, keepdim=True)
+    if scale_by_std:
+        std = r.std(dim=1, keepdim=True, correction=0)
+        centred = torch.where(std > 0, centred / (std + eps), torch.zeros_like(centred))
+    return centred.reshape(-1)
+
+
+def k3_kl(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
+    """Per-token k3 estimator of KL(policy || reference): exp(d) - d - 1 with d = ref - lp.
+
+    Unbiased for samples drawn from the policy, never negative, lower variance than -d.
+    """
+    d = ref_logprobs - logprobs
+    return torch.exp(d) - d - 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class LossConfig:
+    """How the policy-gradient term is formed.
+
+    `importance="clip"`: PPO's clipped surrogate, min(ρA, clip(ρ, 1-ε, 1+ε)A), with ρ the
+    ratio of the current policy to the behaviour policy that sampled the token.
+    `importance="truncate"`: truncated importance weights, -min(ρ, `truncate_cap`)·A·log π
+    with the weight held constant (no gradient through it).
+    `kl_coef` scales the k3 KL to the reference model (0 turns it off).
+    """
+
+    clip_eps: float = 0.2
+    importance: ImportanceMode = "clip"
+    truncate_cap: float = 2.0
+    kl_coef: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class LossStats:
+    """Scalars describing one loss evaluation (means over real response tokens)."""
+
+    loss: float
+    policy_loss: float
+    kl: float
+    ratio_mean: float
+    clip_frac: float
+    tokens: int
+
+
+def grpo_loss(
+    logprobs: Tensor,
+    behaviour_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    cfg: LossConfig,
+    *,
+    ref_logprobs: Tensor | None = None,
+) -> tuple[Tensor, LossStats]:
+    """Token-level GRPO loss: the mean over every real response token in the batch.
+
+    `logprobs` [B, T] carry gradient (current policy); `behaviour_logprobs` [B, T] are what
+    the generator's sampling distribution gave the same tokens; `advantages` [B] is broadcast
+    over each sequence's tokens; `ref_logprobs` [B, T] is needed when `cfg.kl_coef > 0`.
+    Averaging over tokens (not per sequence first) weighs every token equally, so long
+    answers are not diluted.
+    """
+    if cfg.kl_coef > 0 and ref_logprobs is None:
+        raise ValueError("kl_coef > 0 needs ref_logprobs")
+    mask = mask.float()
+    n_tokens = mask.sum().clamp(min=1.0)
+    adv = advantages.float().unsqueeze(1).expand_as(logprobs)
+    ratio = torch.exp(logprobs - behaviour_logprobs)
+    if cfg.importance == "clip":
+        clipped = torch.clamp(ratio, 1.0 - cfg.clip_eps, 1.0 + cfg.clip_eps)
+        per_token = -torch.minimum(ratio * adv, clipped * adv)
+        clip_hit = ((ratio * adv) > (clipped * adv)).float()
+    elif cfg.importance == "truncate":
+        weight = torch.clamp(ratio, max=cfg.truncate_cap).detach()
+        per_token = -weight * adv * logprobs
+        clip_hit = (ratio > cfg.truncate_cap).float()
+    else:
+        raise ValueError(f"unknown importance mode {cfg.importance!r}")
+    policy_loss = (per_token * mask).sum() / n_tokens
+    kl = torch.zeros((), dtype=policy_loss.dtype)
+    if ref_logprobs is not None:
+        kl = (k3_kl(logprobs, ref_logprobs) * mask).sum() / n_tokens
+    loss = policy_loss + cfg.kl_coef * kl if cfg.kl_coef > 0 else policy_loss
+    stats = LossStats(
+        loss=float(loss.detach()),
+        policy_loss=float(policy_loss.detach()),
+        kl=float(kl.detach()),
+        ratio_mean=float(((ratio * mask).sum() / n_tokens).detach()),
+        clip_frac=float(((clip_hit * mask).sum() / n_tokens).detach()),
+        tokens=int(mask.sum().item()),
+    )
+    return loss, stats

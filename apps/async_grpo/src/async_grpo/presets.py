@@ -1,0 +1,81 @@
+"""Named presets: each is a function returning a complete `RunConfig`.
+
+`tiny` trains a random-init 2-layer Qwen2 on "count to N" on a CPU; `qwen2.5-0.5b` runs the
+real instruct model (or its architecture with random weights) on arithmetic word problems and
+is the default when a CUDA device is present.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from async_grpo.config import (
+    BufferConfig,
+    DataConfig,
+    GeneratorConfig,
+    ModelConfig,
+    RewardConfig,
+    RunConfig,
+    SamplingConfig,
+    TrainerConfig,
+)
+from async_grpo.model import QWEN25_05B_ARCH, ArchSpec
+
+TINY_ARCH = ArchSpec(
+    hidden_size=128,
+    intermediate_size=256,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+)
+
+ARCHS: dict[str, ArchSpec] = {"tiny": TINY_ARCH, "qwen2.5-0.5b": QWEN25_05B_ARCH}
+
+
+def tiny() -> RunConfig:
+    """CPU-sized: random-init Qwen2 (2 layers, width 128), word-level tokenizer, count to N."""
+    return RunConfig(
+        model=ModelConfig(path="", arch="tiny"),
+        data=DataConfig(task="count", min_n=1, max_n=6),
+        sampling=SamplingConfig(group_size=16, max_new_tokens=8, temperature=1.0, top_p=1.0),
+        generator=GeneratorConfig(replicas=2, prompts_per_call=4),
+        reward=RewardConfig(fns="count"),
+        trainer=TrainerConfig(lr=3e-4, batch_size=128, kl_coef=0.0),
+        buffer=BufferConfig(max_policy_age=1, capacity=1024),
+        steps=400,
+        rollout_loops=2,
+        window=64,
+    )
+
+
+def qwen25_05b() -> RunConfig:
+    """Qwen/Qwen2.5-0.5B-Instruct (hub id or local directory) on arithmetic word problems."""
+    return RunConfig(
+        model=ModelConfig(
+            path="Qwen/Qwen2.5-0.5B-Instruct",
+            arch="qwen2.5-0.5b",
+            chat_template=True,
+            dtype="bfloat16",
+        ),
+        data=DataConfig(task="arithmetic", min_n=2, max_n=50),
+        sampling=SamplingConfig(group_size=8, max_new_tokens=32, temperature=1.0, top_p=1.0),
+        generator=GeneratorConfig(replicas=1, prompts_per_call=8),
+        reward=RewardConfig(fns="numeric:0.9,format:0.1"),
+        trainer=TrainerConfig(lr=1e-6, batch_size=64, kl_coef=0.01),
+        buffer=BufferConfig(max_policy_age=1, capacity=512),
+        steps=200,
+        rollout_loops=2,
+        window=64,
+        max_minutes=60.0,
+    )
+
+
+PRESETS: dict[str, Callable[[], RunConfig]] = {"tiny": tiny, "qwen2.5-0.5b": qwen25_05b}
+
+
+def default_preset() -> str:
+    """`qwen2.5-0.5b` when a CUDA device is present, `tiny` otherwise."""
+    return "qwen2.5-0.5b" if torch.cuda.is_available() else "tiny"

@@ -1,0 +1,143 @@
+"""Batched sampling with a KV cache, and the log-probs of the distribution actually sampled.
+
+One function, `masked_logits`, defines the sampling distribution (temperature, top-p, the
+tokenizer's vocabulary): the generator samples from it and records each token's log-prob;
+the trainer recomputes log-probs through the same function. At equal weights the two agree,
+so the importance ratio starts at exactly the value the math assumes (1 on-policy).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from torch import Tensor
+from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
+
+from async_grpo.config import SamplingConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class Completion:
+    """One sampled response.
+
+    `prompt_ids` [P] and `response_ids` [R] are token ids (the response includes the EOS
+    token when the model produced one); `logprobs` [R] are the natural-log probabilities the
+    sampling distribution gave each response token; `finished` is False when generation hit
+    `max_new_tokens` first; `policy_version` is the weight version that produced it.
+    """
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    logprobs: list[float]
+    text: str
+    finished: bool
+    policy_version: int
+
+
+def masked_logits(
+    logits: Tensor, temperature: float, top_p: float, vocab_size: int, keep: Tensor | None = None
+) -> Tensor:
+    """The sampling distribution's logits: scaled by 1/temperature, limited to `vocab_size`
+    real tokens and to the top-p nucleus (everything else is -inf).
+
+    `keep` (same shape as `logits` without the last dim) names a token that must stay in the
+    support; the trainer passes the sampled token so a stale policy never gives it -inf.
+    """
+    scaled = logits[..., :vocab_size].float() / temperature
+    if top_p >= 1.0:
+        return scaled
+    probs = torch.softmax(scaled, dim=-1)
+    sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
+    # A token stays if the mass strictly before it is below top_p: the smallest nucleus.
+    before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
+    drop_sorted = before >= top_p
+    drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+    if keep is not None:
+        drop.scatter_(-1, keep.unsqueeze(-1), False)
+    return scaled.masked_fill(drop, float("-inf"))
+
+
+def token_logprobs(
+    logits: Tensor, tokens: Tensor, temperature: float, top_p: float, vocab_size: int
+) -> Tensor:
+    """Log-prob of `tokens` [...] under the sampling distribution of `logits` [..., V]."""
+    dist = masked_logits(logits, temperature, top_p, vocab_size, keep=tokens)
+    return torch.log_softmax(dist, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
+@torch.no_grad()
+def generate(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: list[str],
+    cfg: SamplingConfig,
+    policy_version: int,
+    *,
+    generator: torch.Generator | None = None,
+) -> list[list[Completion]]:
+    """Samples `cfg.group_size` responses for each prompt in one batch with a KV cache.
+
+    Prompts are left-padded so every row's next token sits in the last column; position ids
+    count only real tokens, so the trainer's right-padded recomputation sees the same
+    positions. Returns one list of `group_size` completions per prompt, in prompt order.
+    """
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    if eos is None or pad is None:
+        raise ValueError("the tokenizer needs an EOS and a pad token")
+    vocab = len(tokenizer)
+    encoded = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+    rows = [ids for ids in encoded for _ in range(cfg.group_size)]
+    width = max(len(r) for r in rows)
+    input_ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows])
+    attention = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)
+    n = len(rows)
+    cache = DynamicCache()
+    done = torch.zeros(n, dtype=torch.bool)
+    out_tokens: list[Tensor] = []
+    out_logprobs: list[Tensor] = []
+    step_ids, step_pos = input_ids, positions
+    for _ in range(cfg.max_new_tokens):
+        logits = model(
+            input_ids=step_ids,
+            attention_mask=attention,
+            position_ids=step_pos,
+            past_key_values=cache,
+            use_cache=True,
+        ).logits[:, -1, :]
+        dist = masked_logits(logits, cfg.temperature, cfg.top_p, vocab)
+        logp = torch.log_softmax(dist, dim=-1)
+        token = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
+        token = torch.where(done, torch.full_like(token, pad), token)
+        out_tokens.append(token)
+        out_logprobs.append(logp.gather(-1, token.unsqueeze(-1)).squeeze(-1))
+        done = done | (token == eos)
+        if bool(done.all()):
+            break
+        step_ids = token.unsqueeze(-1)
+        step_pos = step_pos[:, -1:] + 1
+        attention = torch.cat([attention, torch.ones(n, 1, dtype=attention.dtype)], dim=-1)
+    tokens = torch.stack(out_tokens, dim=1).tolist()
+    logprobs = torch.stack(out_logprobs, dim=1).tolist()
+    completions: list[Completion] = []
+    for i, row in enumerate(rows):
+        length = len(tokens[i])
+        finished = eos in tokens[i]
+        if finished:
+            length = tokens[i].index(eos) + 1
+        response = tokens[i][:length]
+        completions.append(
+            Completion(
+                prompt_ids=list(row),
+                response_ids=response,
+                logprobs=logprobs[i][:length],
+                # Other special tokens stay visible: a sampled <unk> or <pad> is a wrong word,
+                # not a silently dropped one.
+                text=str(tokenizer.decode(response[:-1] if finished else response)),
+                finished=finished,
+                policy_version=policy_version,
+            )
+        )
+    g = cfg.group_size
+    return [completions[k * g : (k + 1) * g] for k in range(len(prompts))]

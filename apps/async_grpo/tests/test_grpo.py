@@ -1,0 +1,119 @@
+"""The GRPO math against hand-computed values."""
+
+import math
+
+import pytest
+import torch
+from async_grpo.grpo import LossConfig, group_advantages, grpo_loss, k3_kl
+
+
+def test_group_advantages_hand_computed() -> None:
+    # Group 1: rewards 0, 1 -> mean 0.5, population std 0.5 -> -1, +1.
+    # Group 2: rewards 1, 1 -> all equal -> zeros.
+    adv = group_advantages(torch.tensor([0.0, 1.0, 1.0, 1.0]), group_size=2, eps=0.0)
+    assert adv.tolist() == pytest.approx([-1.0, 1.0, 0.0, 0.0])
+
+
+def test_group_advantages_unscaled_is_centred_reward() -> None:
+    adv = group_advantages(torch.tensor([1.0, 2.0, 6.0]), group_size=3, scale_by_std=False)
+    assert adv.tolist() == pytest.approx([-2.0, -1.0, 3.0])
+
+
+def test_group_advantages_scaled_hand_computed() -> None:
+    # mean 3, deviations -2 -1 3, population variance (4+1+9)/3 = 14/3.
+    adv = group_advantages(torch.tensor([1.0, 2.0, 6.0]), group_size=3, eps=0.0)
+    s = math.sqrt(14 / 3)
+    assert adv.tolist() == pytest.approx([-2 / s, -1 / s, 3 / s])
+
+
+def test_group_advantages_rejects_partial_group() -> None:
+    with pytest.raises(ValueError, match="group_size=4"):
+        group_advantages(torch.zeros(6), group_size=4)
+
+
+def test_k3_hand_computed() -> None:
+    lp, ref = torch.tensor([math.log(0.5)]), torch.tensor([math.log(0.25)])
+    d = math.log(0.25) - math.log(0.5)
+    assert k3_kl(lp, ref).item() == pytest.approx(math.exp(d) - d - 1)
+    assert k3_kl(lp, lp).item() == 0.0
+
+
+def _loss(
+    lp: list[list[float]], old: list[list[float]], adv: list[float], cfg: LossConfig
+) -> float:
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+    loss, _ = grpo_loss(torch.tensor(lp), torch.tensor(old), torch.tensor(adv), mask, cfg)
+    return loss.item()
+
+
+def test_clipped_loss_hand_computed() -> None:
+    # Ratios: exp(0.5)=1.6487 (clipped to 1.2 for A=+1), exp(-0.5)=0.6065 (A=+1: unclipped
+    # branch is smaller), row 2 token 1: ratio 1, A=-2. Padding token ignored.
+    lp = [[0.5, -0.5], [0.0, 9.0]]
+    old = [[0.0, 0.0], [0.0, 0.0]]
+    expected = -(1.2 * 1 + math.exp(-0.5) * 1 + 1.0 * -2) / 3
+    assert _loss(lp, old, [1.0, -2.0], LossConfig(clip_eps=0.2)) == pytest.approx(expected)
+
+
+def test_clip_for_negative_advantage_keeps_the_pessimistic_branch() -> None:
+    # A=-1, ratio 0.5: clip gives 0.8*-1=-0.8 and 0.5*-1=-0.5; min is -0.8 -> loss 0.8.
+    lp = torch.tensor([[math.log(0.5)]])
+    loss, stats = grpo_loss(
+        lp, torch.zeros(1, 1), torch.tensor([-1.0]), torch.ones(1, 1), LossConfig(clip_eps=0.2)
+    )
+    assert loss.item() == pytest.approx(0.8)
+    assert stats.clip_frac == 1.0
+
+
+def test_truncated_importance_weight_hand_computed() -> None:
+    # ratio e^1=2.718 capped at 2: loss = -2 * A * lp = -2 * 1 * 1 / 1 token.
+    lp = torch.tensor([[1.0]], requires_grad=True)
+    cfg = LossConfig(importance="truncate", truncate_cap=2.0)
+    loss, _ = grpo_loss(lp, torch.zeros(1, 1), torch.tensor([1.0]), torch.ones(1, 1), cfg)
+    assert loss.item() == pytest.approx(-2.0)
+    loss.backward()  # type: ignore[no-untyped-call]
+    assert lp.grad is not None
+    assert lp.grad.item() == pytest.approx(-2.0)  # the weight itself carries no gradient
+
+
+def test_kl_term_adds_coef_times_mean_k3() -> None:
+    lp = torch.tensor([[math.log(0.5), math.log(0.5)]])
+    ref = torch.tensor([[math.log(0.25), math.log(0.5)]])
+    cfg = LossConfig(kl_coef=0.1)
+    loss, stats = grpo_loss(lp, lp, torch.tensor([0.0]), torch.ones(1, 2), cfg, ref_logprobs=ref)
+    d = math.log(0.5)  # ref - lp on the first token
+    k3 = (math.exp(d) - d - 1) / 2
+    assert stats.kl == pytest.approx(k3)
+    assert loss.item() == pytest.approx(0.1 * k3)
+
+
+def test_kl_without_reference_is_an_error() -> None:
+    with pytest.raises(ValueError, match="ref_logprobs"):
+        grpo_loss(torch.zeros(1, 1), torch.zeros(1, 1), torch.zeros(1), torch.ones(1, 1),
+                  LossConfig(kl_coef=0.1))  # fmt: skip
+
+
+@pytest.mark.parametrize("importance", ["clip", "truncate"])
+def test_on_policy_gradient_is_reinforce_with_group_baseline(importance: str) -> None:
+    """At ratio 1 the GRPO gradient equals REINFORCE with the group-mean baseline."""
+    torch.manual_seed(0)
+    logits = torch.randn(4, 3, 5, requires_grad=True)  # 4 sequences, 3 tokens, 5 actions
+    actions = torch.randint(0, 5, (4, 3))
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0], [1, 0, 0], [1, 1, 1]], dtype=torch.float)
+    rewards = torch.tensor([1.0, 0.0, 0.5, 2.0])
+
+    def logprobs() -> torch.Tensor:
+        lp = torch.log_softmax(logits, -1).gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+        return lp
+
+    adv = group_advantages(rewards, group_size=2, scale_by_std=False)
+    cfg = LossConfig(importance=importance)  # type: ignore[arg-type]
+    loss, stats = grpo_loss(logprobs(), logprobs().detach(), adv, mask, cfg)
+    assert stats.ratio_mean == pytest.approx(1.0)
+    (grpo_grad,) = torch.autograd.grad(loss, logits)
+
+    baseline = rewards.view(2, 2).mean(1).repeat_interleave(2)
+    reinforce = -((rewards - baseline).unsqueeze(1) * logprobs() * mask).sum() / mask.sum()
+    (reinforce_grad,) = torch.autograd.grad(reinforce, logits)
+    torch.testing.assert_close(grpo_grad, reinforce_grad)
+    assert reinforce_grad.abs().sum() > 0

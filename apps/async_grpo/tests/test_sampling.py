@@ -1,0 +1,74 @@
+"""Sampling: shapes, stopping, and log-probs that the trainer's recomputation reproduces."""
+
+from pathlib import Path
+
+import pytest
+import torch
+from async_grpo.batching import Rollout, pack, sequence_logprobs
+from async_grpo.config import SamplingConfig
+from async_grpo.model import load_policy, load_tokenizer
+from async_grpo.sampling import generate, masked_logits, token_logprobs
+
+
+def test_masked_logits_top_p_keeps_the_smallest_nucleus() -> None:
+    logits = torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05]))
+    kept = masked_logits(logits, 1.0, 0.8, 4).isfinite().tolist()
+    assert kept == [True, True, False, False]  # 0.5 + 0.3 reaches 0.8
+    kept = masked_logits(logits, 1.0, 0.81, 4).isfinite().tolist()
+    assert kept == [True, True, True, False]
+    # A token the trainer must score stays in the support even outside the nucleus.
+    keep = torch.tensor(3)
+    assert masked_logits(logits, 1.0, 0.8, 4, keep=keep).isfinite().tolist()[3]
+
+
+def test_token_logprobs_temperature_and_vocab_limit() -> None:
+    logits = torch.tensor([1.0, 2.0, 0.0, 50.0])  # the last id is outside the vocabulary
+    lp = token_logprobs(logits, torch.tensor(1), temperature=2.0, top_p=1.0, vocab_size=3)
+    expected = torch.log_softmax(torch.tensor([0.5, 1.0, 0.0]), -1)[1]
+    assert lp.item() == pytest.approx(expected.item())
+
+
+@pytest.mark.parametrize("top_p", [1.0, 0.9])
+def test_generate_logprobs_match_trainer_recomputation(tiny_checkpoint: Path, top_p: float) -> None:
+    torch.manual_seed(0)
+    model = load_policy(str(tiny_checkpoint))
+    tok = load_tokenizer(str(tiny_checkpoint))
+    cfg = SamplingConfig(group_size=3, max_new_tokens=6, temperature=0.7, top_p=top_p)
+    prompts = ["count to 1:", "count to 12:", "count to 3: 1 2"]  # different prompt lengths
+    groups = generate(model, tok, prompts, cfg, policy_version=7)
+    assert [len(g) for g in groups] == [3, 3, 3]
+    completions = [c for g in groups for c in g]
+    for c in completions:
+        assert c.policy_version == 7
+        assert 1 <= len(c.response_ids) <= 6
+        assert len(c.logprobs) == len(c.response_ids)
+        assert c.finished == (c.response_ids[-1] == tok.eos_token_id)
+        assert tok.eos_token_id not in c.response_ids[:-1]
+        assert all(lp <= 0 for lp in c.logprobs)
+    assert groups[1][0].prompt_ids == tok("count to 12:", add_special_tokens=False)["input_ids"]
+    rollouts = [Rollout(c.prompt_ids, c.response_ids, c.logprobs, 0.0) for c in completions]
+    batch = pack(rollouts, pad_id=tok.pad_token_id)
+    with torch.no_grad():
+        recomputed = sequence_logprobs(model, batch, cfg.temperature, cfg.top_p, len(tok))
+    torch.testing.assert_close(recomputed, batch.behaviour_logprobs, atol=1e-4, rtol=0)
+
+
+def test_generate_is_reproducible_with_a_generator(tiny_checkpoint: Path) -> None:
+    model = load_policy(str(tiny_checkpoint))
+    tok = load_tokenizer(str(tiny_checkpoint))
+    cfg = SamplingConfig(group_size=4, max_new_tokens=5)
+    runs = [
+        generate(model, tok, ["count to 4:"], cfg, 0, generator=torch.Generator().manual_seed(3))
+        for _ in range(2)
+    ]
+    assert [c.response_ids for c in runs[0][0]] == [c.response_ids for c in runs[1][0]]
+
+
+def test_text_is_the_decoded_response_without_eos(tiny_checkpoint: Path) -> None:
+    model = load_policy(str(tiny_checkpoint))
+    tok = load_tokenizer(str(tiny_checkpoint))
+    cfg = SamplingConfig(group_size=8, max_new_tokens=4)
+    for c in generate(model, tok, ["count to 2:"], cfg, 0)[0]:
+        ids = c.response_ids[:-1] if c.finished else c.response_ids
+        assert c.text == tok.decode(ids)
+        assert len(c.text.split()) == len(ids)  # word-level: one word per token
