@@ -158,19 +158,18 @@ class DTensorWorker(Actor):
 
 
 class PlainSource(Actor):
-    """A source rank holding plain local shards (no process group), for fault tests."""
+    """A source rank holding plain local shards (no process group), for fault tests. Each
+    `publish` uses a publisher of its own, so direct and staged exports can coexist."""
 
     def __init__(self) -> None:
-        self.publisher: ShardPublisher | None = None
-        self.shards: dict[str, torch.Tensor] = {}
+        self.publishers: list[ShardPublisher] = []
 
     @endpoint
     async def publish(
         self, plan: ReshardPlan, rank: int, shards: dict[str, torch.Tensor], staged: bool
     ) -> SourceExport:
-        self.shards = shards
-        self.publisher = ShardPublisher(rank, staged=staged)
-        return self.publisher.publish(plan, self.shards)
+        self.publishers.append(ShardPublisher(rank, staged=staged))
+        return self.publishers[-1].publish(plan, shards)
 
     @endpoint
     async def pid(self) -> int:

@@ -56,7 +56,7 @@ def _grid(rows: list[int], cols: list[int], label: Callable[[Box], str]) -> str:
             text.append((cells[i][j] if first else "").center(width))
             text.append("|" if at(i, j + 1) != cells[i][j] else " ")
         lines.append(row_heads[i].ljust(margin) + "".join(text))
-    return "\n".join(lines)
+    return "\n".join(line.rstrip() for line in lines)
 
 
 def _as_2d(box: Box) -> Box:
