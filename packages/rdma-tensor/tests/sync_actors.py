@@ -26,11 +26,11 @@ from rdma_tensor import (
     Transport,
     WeightPublisher,
     WeightSubscriber,
+    _pull_shm,
     pull,
     share,
 )
 from rdma_tensor import _shm as shm
-from rdma_tensor._pull_shm import STATS
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -229,4 +229,6 @@ class Generator(WeightSubscriber):
     @endpoint
     async def pipeline_stats(self) -> tuple[int, int]:
         """(pipelined pulls, pipelined pulls undone) in this process."""
-        return STATS.pipelined, STATS.rollbacks
+        # Through the module: this file is pickled by value, and a bare `STATS` would travel
+        # as a copy of the controller's counters.
+        return _pull_shm.STATS.pipelined, _pull_shm.STATS.rollbacks

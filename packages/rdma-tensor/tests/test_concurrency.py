@@ -33,10 +33,12 @@ async def test_no_torn_reads_while_publishing_continuously(procs: ProcMesh) -> N
         for i, transport in enumerate([Transport.SHM, Transport.SHM, Transport.RDMA])
     ]
     first = await trainer.publish.call_one(1)
+    for reader, _ in readers:  # up and running before the publisher starts its run
+        assert await reader.current_version.call_one() is None
     follows = [g.follow.call_one(first, LAST, t) for g, t in readers]
     # Publish faster than an RDMA reader can copy, so its slot is regularly rewritten
     # under it (it must notice and retry) while shared-memory readers hold leases.
-    longest_stall = await trainer.publish_many.call_one(2, LAST, 0.002)
+    longest_stall = await trainer.publish_many.call_one(2, LAST, 0.005)
     seen = await asyncio.gather(*follows)
     for versions, (_, transport) in zip(seen, readers, strict=True):
         assert versions[-1] == LAST, transport
