@@ -1,19 +1,200 @@
-"""The `async-grpo` console script.
+"""`uv run async-grpo`: asynchronous GRPO on a Qwen2-architecture model, on one host.
 
-The full training job lands with the app issue; until then this entry point says so plainly
-and exits with a non-zero status instead of pretending to train.
+Spawns a dataset, a generator service, a reward service, a replay buffer, a trainer (and a
+reference model when the KL term is on), each in its own process, and trains until
+`--steps` train steps or `--max_minutes`. Prints sampled trajectories and throughput every
+`--log_every` steps, writes `<out_dir>/metrics.jsonl`, and ends with a summary.
+
+    uv run async-grpo                                # tiny preset on CPU, async
+    uv run async-grpo --mode sync --steps 100        # the same loop, max_policy_age=0
+    uv run async-grpo --trainer.lr 1e-4 --sampling.group_size 8
+    uv run async-grpo --preset qwen2.5-0.5b --model /path/to/Qwen2.5-0.5B-Instruct
+
+Every config field can be set as `--section.field value` (see `config.py`); `--mode`,
+`--model` (= model.path), `--steps`, `--seed` are short forms. An unknown key, a value of the
+wrong type or out of range is an error before any process starts.
 """
 
+from __future__ import annotations
+
+import asyncio
+import dataclasses
 import sys
+import time
+from pathlib import Path
+
+from tqdm import tqdm  # type: ignore[import-untyped]
+
+from async_grpo.actors.trainer import TrainResult
+from async_grpo.config import ConfigError, RunConfig, apply_overrides
+from async_grpo.loop import train
+from async_grpo.metrics import MetricsSink, RunMetrics, StepRow
+from async_grpo.prepare import Prepared, prepare
+from async_grpo.presets import PRESETS, default_preset
+
+SHORT = {"model": "model.path"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Summary:
+    """The end of a run: the windowed reward at the first full window and at the end, the
+    first step whose window reached 0.9 (None if never), and throughput."""
+
+    mode: str
+    steps: int
+    wall_s: float
+    reward_start: float
+    reward_end: float
+    exact_end: float
+    reached_09_step: int | None
+    reached_09_s: float | None
+    episodes_per_s: float
+    trainer_idle_frac: float
+
+
+def parse_args(argv: list[str]) -> tuple[str, dict[str, str]]:
+    """Splits `--key value` / `--key=value` pairs into (preset, overrides)."""
+    preset, overrides = default_preset(), {}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if not arg.startswith("--") or arg == "--":
+            raise ConfigError(f"unexpected argument {arg!r}; options look like --trainer.lr 3e-4")
+        key, eq, value = arg[2:].partition("=")
+        if not eq:
+            if i + 1 >= len(argv):
+                raise ConfigError(f"--{key} needs a value")
+            value = argv[i + 1]
+            i += 1
+        i += 1
+        if key == "preset":
+            if value not in PRESETS:
+                raise ConfigError(f"--preset: unknown preset {value!r}; known: {sorted(PRESETS)}")
+            preset = value
+        else:
+            overrides[SHORT.get(key, key)] = value
+    return preset, overrides
+
+
+def build_config(argv: list[str]) -> RunConfig:
+    preset, overrides = parse_args(argv)
+    return apply_overrides(PRESETS[preset](), overrides)
+
+
+class Reporter:
+    """Progress bar, periodic report lines with sample trajectories, and the summary."""
+
+    def __init__(self, cfg: RunConfig, metrics: RunMetrics, quiet: bool) -> None:
+        self.cfg, self.metrics, self.quiet = cfg, metrics, quiet
+        self.bar = tqdm(
+            total=cfg.steps,
+            desc=f"{cfg.mode} GRPO",
+            unit="step",
+            leave=False,
+            disable=True if quiet else None,
+        )
+        self.rows: list[StepRow] = []
+        self.start_reward: float | None = None
+        self.reached: tuple[int, float] | None = None
+
+    def on_step(self, row: StepRow, result: TrainResult) -> None:
+        del result
+        self.rows.append(row)
+        full = self.metrics.window_full()
+        if full and self.start_reward is None:
+            self.start_reward = row.reward_window
+        if full and self.reached is None and row.reward_window >= 0.9:
+            self.reached = (row.step, row.wall_s)
+        self.bar.update(1)
+        self.bar.set_postfix(reward=f"{row.reward_window:.2f}", v=row.version)
+        if not self.quiet and (row.step % self.cfg.log_every == 0 or row.step == 1):
+            self.report(row)
+
+    def report(self, row: StepRow) -> None:
+        w = tqdm.write
+        w(
+            f"step {row.step:4d} | v{row.version} | reward({self.cfg.window}) "
+            f"{row.reward_window:.3f} exact {row.exact_window:.2f} | {row.episodes_per_s:.0f} ep/s "
+            f"{row.tokens_per_s:.0f} tok/s | trainer idle {row.trainer_idle_frac:.0%} | "
+            f"sync {row.weight_sync_s * 1e3:.0f} ms | stale {row.staleness_mean:.2f} | "
+            f"loss {row.loss:+.3f} | {row.wall_s:.0f}s"
+        )
+        for t in list(self.metrics.recent)[-2:]:
+            w(
+                f"    {t.prompt!r} -> {t.response!r}  reward {t.reward:.2f} "
+                f"(generator v{t.version}, {row.version - t.version} behind)"
+            )
+
+    def summary(self, wall_s: float) -> Summary:
+        metrics = self.metrics
+        self.bar.close()
+        last = self.rows[-1] if self.rows else None
+        return Summary(
+            mode=self.cfg.mode,
+            steps=last.step if last else 0,
+            wall_s=wall_s,
+            reward_start=self.start_reward if self.start_reward is not None else float("nan"),
+            reward_end=metrics.reward_window(),
+            exact_end=sum(metrics.exact) / max(1, len(metrics.exact)),
+            reached_09_step=self.reached[0] if self.reached else None,
+            reached_09_s=self.reached[1] if self.reached else None,
+            episodes_per_s=last.episodes_per_s if last else 0.0,
+            trainer_idle_frac=last.trainer_idle_frac if last else 1.0,
+        )
+
+
+async def run(cfg: RunConfig, prep: Prepared, quiet: bool = False) -> Summary:
+    """Trains with `cfg` and returns the summary (also what the tests and benchmark call)."""
+    sink = MetricsSink(Path(cfg.out_dir))
+    metrics = RunMetrics(cfg.window)
+    reporter = Reporter(cfg, metrics, quiet)
+    start = time.perf_counter()
+    try:
+        await train(cfg, prep, sink, reporter.on_step, metrics)
+    finally:
+        sink.close()
+    return reporter.summary(time.perf_counter() - start)
+
+
+def print_summary(s: Summary, metrics_path: str) -> None:
+    reached = (
+        f"step {s.reached_09_step} ({s.reached_09_s:.0f}s)" if s.reached_09_step else "not reached"
+    )
+    print(
+        f"\n== summary ({s.mode}) ==\n"
+        f"reward (64-episode window): start {s.reward_start:.3f} -> end {s.reward_end:.3f} "
+        f"(exact match {s.exact_end:.2f})\n"
+        f"reward >= 0.9: {reached}\n"
+        f"steps {s.steps}, wall {s.wall_s:.0f}s, {s.episodes_per_s:.0f} trained episodes/s, "
+        f"trainer idle {s.trainer_idle_frac:.0%}\n"
+        f"metrics: {metrics_path}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    del argv
+    args = sys.argv[1:] if argv is None else argv
+    if args and args[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0
+    try:
+        cfg = build_config(args)
+        prep = prepare(cfg)
+    except (ConfigError, ValueError, FileNotFoundError, RuntimeError) as e:
+        print(f"async-grpo: error: {e}", file=sys.stderr)
+        return 2
     print(
-        "async-grpo: the training loop has not landed yet; see apps/async_grpo/README.md.",
-        file=sys.stderr,
+        f"async-grpo: mode={cfg.mode} model={prep.model_path} task={cfg.data.task} "
+        f"steps={cfg.steps} batch={cfg.trainer.batch_size} group={cfg.sampling.group_size} "
+        f"generators={cfg.generator.replicas} max_policy_age="
+        f"{cfg.buffer.max_policy_age if cfg.mode == 'async' else 0}"
     )
-    return 2
+    try:
+        summary = asyncio.run(run(cfg, prep))
+    except KeyboardInterrupt:
+        print("\nasync-grpo: interrupted; every process was stopped.", file=sys.stderr)
+        return 130
+    print_summary(summary, f"{cfg.out_dir}/metrics.jsonl")
+    return 0
 
 
 if __name__ == "__main__":

@@ -20,8 +20,12 @@ from transformers import (
     Qwen2Config,
     Qwen2ForCausalLM,
 )
+from transformers.utils import logging as hf_logging
 
 from async_grpo.tokenizer import build_tokenizer, save_tokenizer
+
+# Per-file progress bars from every process would drown the training log.
+hf_logging.disable_progress_bar()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -64,3 +64,16 @@ def combined(weights: dict[str, float]) -> RewardFn:
         return sum(w * fn(response, target) for fn, w in fns)
 
     return score
+
+
+def parse_weights(spec: str) -> dict[str, float]:
+    """ "count" -> {"count": 1.0}; "numeric:0.9,format:0.1" -> {"numeric": 0.9, "format": 0.1}."""
+    weights: dict[str, float] = {}
+    for part in spec.split(","):
+        name, _, weight = part.strip().partition(":")
+        try:
+            weights[name] = float(weight) if weight else 1.0
+        except ValueError:
+            raise ValueError(f"reward spec {spec!r}: bad weight {weight!r} for {name!r}") from None
+    combined(weights)  # rejects unknown names and non-positive totals
+    return weights

@@ -89,12 +89,13 @@ def generate(
     encoded = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
     rows = [ids for ids in encoded for _ in range(cfg.group_size)]
     width = max(len(r) for r in rows)
-    input_ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows])
-    attention = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+    device = next(model.parameters()).device
+    input_ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=device)
+    attention = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=device)
     positions = (attention.cumsum(-1) - 1).clamp(min=0)
     n = len(rows)
     cache = DynamicCache()
-    done = torch.zeros(n, dtype=torch.bool)
+    done = torch.zeros(n, dtype=torch.bool, device=device)
     out_tokens: list[Tensor] = []
     out_logprobs: list[Tensor] = []
     step_ids, step_pos = input_ids, positions
@@ -117,7 +118,9 @@ def generate(
             break
         step_ids = token.unsqueeze(-1)
         step_pos = step_pos[:, -1:] + 1
-        attention = torch.cat([attention, torch.ones(n, 1, dtype=attention.dtype)], dim=-1)
+        attention = torch.cat(
+            [attention, torch.ones(n, 1, dtype=attention.dtype, device=device)], dim=-1
+        )
     tokens = torch.stack(out_tokens, dim=1).tolist()
     logprobs = torch.stack(out_logprobs, dim=1).tolist()
     completions: list[Completion] = []
