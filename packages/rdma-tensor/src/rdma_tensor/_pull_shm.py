@@ -39,7 +39,7 @@ from rdma_tensor.handle import check_owner
 from rdma_tensor.manifest import Manifest
 from rdma_tensor.staging import SlotHeader, SlotState, bucket_version
 
-_POLL_S = 0.0001  # pipelined copy: how long to sleep while the next bucket is being staged
+_POLL_S = 0.0003  # pipelined copy: how long to sleep while the next bucket is being staged
 _STALL_S = 1.0  # pipelined copy: longest wait for one bucket before giving up on pipelining
 
 
@@ -157,7 +157,8 @@ def _copy_pipelined(
                 return None
             t0 = time.perf_counter()
             _copy_buckets(new, now.version, old, plan=plan, owner=owner, goal=goal)
-            return Outcome(now.version, True, plan_bytes(plan), time.perf_counter() - t0)
+            elapsed = time.perf_counter() - t0
+            return Outcome(now.version, True, plan_bytes(plan), elapsed, pipelined=True)
         finally:
             _shm.unlock(new.fd)
     finally:
@@ -175,6 +176,7 @@ def _copy_buckets(
         for k, part in enumerate(by_bucket):
             stall = time.monotonic() + _STALL_S
             while bucket_version(new.header, k) != version:
+                time.sleep(_POLL_S)
                 check_owner(owner)  # raises once the publisher died or closed
                 if time.monotonic() > goal.deadline:
                     raise PullTimeoutError(
@@ -183,7 +185,6 @@ def _copy_buckets(
                     )
                 if time.monotonic() > stall:
                     raise _Stalled
-                time.sleep(_POLL_S)
             copy_entries(part, new.buckets)
             done += part
         STATS.pipelined += 1

@@ -36,6 +36,7 @@ class Outcome:
     nbytes: int
     copy_seconds: float
     retries: int = 0
+    pipelined: bool = False
 
 
 def copy_entries(plan: Plan, buckets: Sequence[torch.Tensor]) -> None:

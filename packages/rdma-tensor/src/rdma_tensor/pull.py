@@ -55,6 +55,8 @@ class PullResult:
     copy_seconds: time spent moving bytes (RDMA reads included).
     seconds: wall time of the whole call.
     retries: reads thrown away because the publisher started rewriting the slot (RDMA).
+    pipelined: whether buckets were copied while the publisher was still staging the rest
+        (then `copy_seconds` includes waiting for them).
     """
 
     version: int
@@ -65,6 +67,7 @@ class PullResult:
     copy_seconds: float
     seconds: float
     retries: int
+    pipelined: bool
 
 
 # The version each destination last received from each publisher, in this process: the key
@@ -132,6 +135,7 @@ async def pull(
         copy_seconds=result.copy_seconds,
         seconds=seconds,
         retries=result.retries,
+        pipelined=result.pipelined,
     )
 
 
