@@ -62,7 +62,7 @@ def parse_args(argv: list[str]) -> tuple[str, dict[str, str]]:
             raise ConfigError(f"unexpected argument {arg!r}; options look like --trainer.lr 3e-4")
         key, eq, value = arg[2:].partition("=")
         if not eq:
-            if i + 1 >= len(argv):
+            if i + 1 >= len(argv) or argv[i + 1].startswith("--"):
                 raise ConfigError(f"--{key} needs a value")
             value = argv[i + 1]
             i += 1

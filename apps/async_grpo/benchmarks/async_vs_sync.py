@@ -1,0 +1,69 @@
+"""Async vs sync GRPO on the tiny preset, in ONE run: trained episodes/s and trainer idle time.
+
+Both modes run the same loop with the same preset and seed; sync is `max_policy_age=0`
+(generation pauses while the trainer steps and the weights move). Rates are measured from the
+end of the first train step (start-up excluded).
+
+    uv run python apps/async_grpo/benchmarks/async_vs_sync.py            # 120 steps each
+    uv run python apps/async_grpo/benchmarks/async_vs_sync.py --quick --json out.json
+
+`--json PATH` writes rows {"mode", "episodes_per_s", "trainer_idle_frac", "final_reward"}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from async_grpo.cli import Summary, run
+from async_grpo.config import apply_overrides
+from async_grpo.prepare import prepare
+from async_grpo.presets import tiny
+
+
+def bench(mode: str, steps: int, seed: int, out: Path) -> Summary:
+    cfg = apply_overrides(
+        tiny(),
+        {"mode": mode, "steps": str(steps), "seed": str(seed), "out_dir": str(out / mode)},
+    )
+    return asyncio.run(run(cfg, prepare(cfg), quiet=True))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=120)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quick", action="store_true", help="30 steps per mode")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    steps = 30 if args.quick else args.steps
+    print(f"tiny preset, {steps} train steps per mode, seed {args.seed}, {os.cpu_count()} CPUs")
+    with tempfile.TemporaryDirectory() as tmp:
+        results = [bench(mode, steps, args.seed, Path(tmp)) for mode in ("sync", "async")]
+    rows = [
+        {
+            "mode": r.mode,
+            "episodes_per_s": r.episodes_per_s,
+            "trainer_idle_frac": r.trainer_idle_frac,
+            "final_reward": r.reward_end,
+        }
+        for r in results
+    ]
+    print(f"{'mode':6} {'episodes/s':>11} {'trainer idle':>13} {'final reward':>13} {'wall s':>7}")
+    for r in results:
+        print(
+            f"{r.mode:6} {r.episodes_per_s:11.1f} {r.trainer_idle_frac:13.1%} "
+            f"{r.reward_end:13.3f} {r.wall_s:7.0f}"
+        )
+    sync, async_ = results
+    print(f"async / sync episodes/s: {async_.episodes_per_s / max(sync.episodes_per_s, 1e-9):.2f}x")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
