@@ -82,7 +82,7 @@ def test_incompatible_layouts_and_ranks_outside_the_mesh() -> None:
     with pytest.raises(ReshardError, match=r"destination rank 2 is outside the mesh \(2,\)"):
         p.for_dst(2)
     with pytest.raises(ReshardError, match="source rank -1 is outside"):
-        p.sends(-1)
+        p.for_src(-1)
     with pytest.raises(ReshardError, match=r"coordinate \(0, 0\) is outside"):
         src.rank_of((0, 0))
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from math import prod
 
 import torch
-from dtensor_reshard import Layout, Placement, TransferPlan, plan
+from dtensor_reshard import Layout, Placement, PlanCache, TransferPlan, plan
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch.distributed.tensor import Replicate, Shard
@@ -116,15 +116,16 @@ def test_plan_matches_torch(torch_shards: TorchShards, pair: tuple[Layout, Layou
                 assert dst.world_ranks is not None
                 assert src.world_ranks[piece.src_rank] == dst.world_ranks[rank]
 
-    # Staging buffers hold exactly the remote pieces, back to back.
+    # Staging buffers (one per source and destination) hold the remote pieces back to back.
+    staged = PlanCache().get({"x": src}, {"x": dst}, colocated=colocated)
     total = 0
     for rank in range(src.num_ranks):
-        offset = 0
-        for send in p.sends(rank):
-            assert (send.offset, send.piece.src_rank, send.piece.local) == (offset, rank, False)
-            offset += send.piece.numel
-        assert offset == p.staging_numel(rank)
-        total += offset
+        for dst_rank, dtype in staged.buffers(rank):
+            offset = 0
+            for slot in staged.slots(rank, dst_rank, dtype):
+                assert (slot.offset, slot.piece.src_rank, slot.piece.local) == (offset, rank, False)
+                offset += slot.piece.numel
+            total += offset
     assert total * src.itemsize == p.bytes_moved
 
     # Reads spread across replicas: within a group of ranks holding the same shard, served
@@ -135,6 +136,6 @@ def test_plan_matches_torch(torch_shards: TorchShards, pair: tuple[Layout, Layou
             groups[tuple(sorted(shard.flatten().tolist()))].append(rank)
     served = p.served_bytes()
     for ranks in groups.values():
-        sizes = [s.piece.numel * src.itemsize for r in ranks for s in p.sends(r)]
+        sizes = [piece.numel * src.itemsize for r in ranks for _, piece in p.for_src(r)]
         loads = [served[r] for r in ranks]
         assert max(loads) - min(loads) <= max(sizes, default=0)

@@ -10,7 +10,7 @@ from dtensor_reshard.errors import ReshardError
 from dtensor_reshard.exports import PullStats, SourceExport
 from dtensor_reshard.layout import Layout, Placement
 from dtensor_reshard.picture import render_overlap
-from dtensor_reshard.planner import Piece, Send, TransferPlan, plan
+from dtensor_reshard.planner import Piece, TransferPlan, plan
 from dtensor_reshard.publisher import ShardPublisher
 from dtensor_reshard.puller import pull
 from dtensor_reshard.reshard_plan import PlanCache, ReshardPlan, Slot
@@ -26,7 +26,6 @@ __all__ = [
     "PullStats",
     "ReshardError",
     "ReshardPlan",
-    "Send",
     "ShardPublisher",
     "Slot",
     "SourceExport",

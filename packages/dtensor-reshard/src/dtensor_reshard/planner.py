@@ -16,7 +16,6 @@ import bisect
 import itertools
 from collections import defaultdict
 from dataclasses import dataclass
-from functools import cached_property
 
 from dtensor_reshard.box import Box
 from dtensor_reshard.errors import ReshardError
@@ -48,15 +47,6 @@ class Piece:
 
 
 @dataclass(frozen=True)
-class Send:
-    """Where a remote piece sits in its source rank's staging buffer (flat, in elements)."""
-
-    dst_rank: int
-    piece: Piece
-    offset: int
-
-
-@dataclass(frozen=True)
 class TransferPlan:
     """Per destination rank, the pieces that exactly tile its local shard.
 
@@ -74,24 +64,15 @@ class TransferPlan:
     def for_dst(self, dst_rank: int) -> tuple[Piece, ...]:
         return self.pieces[self.dst.check_rank(dst_rank, "destination")]
 
-    @cached_property
-    def _sends(self) -> tuple[tuple[Send, ...], ...]:
-        sends: list[list[Send]] = [[] for _ in range(self.src.num_ranks)]
-        used = [0] * self.src.num_ranks
-        for dst_rank, pieces in enumerate(self.pieces):
-            for piece in pieces:
-                if not piece.local:
-                    sends[piece.src_rank].append(Send(dst_rank, piece, used[piece.src_rank]))
-                    used[piece.src_rank] += piece.numel
-        return tuple(tuple(s) for s in sends)
-
-    def sends(self, src_rank: int) -> tuple[Send, ...]:
-        """Source rank's remote pieces, packed back to back in destination-rank order."""
-        return self._sends[self.src.check_rank(src_rank, "source")]
-
-    def staging_numel(self, src_rank: int) -> int:
-        """Elements a source rank stages: exactly the remote pieces it serves."""
-        return sum(s.piece.numel for s in self.sends(src_rank))
+    def for_src(self, src_rank: int) -> tuple[tuple[int, Piece], ...]:
+        """(destination rank, piece) for every remote piece `src_rank` serves."""
+        self.src.check_rank(src_rank, "source")
+        return tuple(
+            (dst_rank, piece)
+            for dst_rank, pieces in enumerate(self.pieces)
+            for piece in pieces
+            if piece.src_rank == src_rank and not piece.local
+        )
 
     @property
     def bytes_moved(self) -> int:
@@ -101,7 +82,12 @@ class TransferPlan:
 
     def served_bytes(self) -> tuple[int, ...]:
         """Bytes each source rank serves (to see how reads spread across replicas)."""
-        return tuple(self.staging_numel(r) * self.src.itemsize for r in range(self.src.num_ranks))
+        served = [0] * self.src.num_ranks
+        for pieces in self.pieces:
+            for piece in pieces:
+                if not piece.local:
+                    served[piece.src_rank] += piece.numel * self.src.itemsize
+        return tuple(served)
 
 
 def check_compatible(src: Layout, dst: Layout) -> None:

@@ -52,8 +52,9 @@ class ShardPublisher:
         self.src_rank = src_rank
         self.staged = resolved is Transport.RDMA if staged is None else staged
         if not self.staged and resolved is Transport.RDMA:
-            raise ReshardError("direct mode shares shards in place on one machine; with RDMA "
-                               "use staged=True")  # fmt: skip
+            raise ReshardError(
+                "direct mode shares shards in place on one machine; with RDMA use staged=True"
+            )
         self._transport = resolved
         self._shards: dict[str, tuple[tuple[object, ...], SharedTensor]] = {}
         self._free: tuple[str, list[_Buffers]] = ("", [])
