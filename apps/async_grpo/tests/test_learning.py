@@ -18,7 +18,7 @@ def test_fixed_seed_ci_run_learns(tmp_path: Path) -> None:
     steps = 60
     cfg = apply_overrides(
         tiny(),
-        {"steps": str(steps), "seed": "0", "out_dir": str(tmp_path), "max_minutes": "2.5"},
+        {"steps": str(steps), "seed": "0", "out_dir": str(tmp_path), "max_minutes": "10"},
     )
     summary = asyncio.run(run(cfg, prepare(cfg), quiet=True))
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]

@@ -24,8 +24,11 @@ from monarch.actor import ProcMesh, this_host
 from rdma_tensor import Manifest
 from replay_buffer import Episode, ReplayBufferActor, ReplayBufferConfig
 
-from async_grpo.actors import DatasetActor, Generator, ReferenceModel, RewardActor, Trainer
-from async_grpo.actors.trainer import TrainResult
+from async_grpo.actors.dataset import DatasetActor
+from async_grpo.actors.generator import Generator
+from async_grpo.actors.reference import ReferenceModel
+from async_grpo.actors.reward import RewardActor
+from async_grpo.actors.trainer import Trainer, TrainResult
 from async_grpo.config import RunConfig
 from async_grpo.grpo import group_advantages
 from async_grpo.metrics import MetricsSink, RunMetrics, StepRow, Trajectory

@@ -1,17 +1,6 @@
-"""The app's Monarch actors: thin wrappers that run the pure code in their own processes."""
+"""The app's Monarch actors: thin wrappers that run the pure code in their own processes.
 
-from async_grpo.actors.dataset import DatasetActor
-from async_grpo.actors.generator import Generator, WeightSync
-from async_grpo.actors.reference import ReferenceModel
-from async_grpo.actors.reward import RewardActor
-from async_grpo.actors.trainer import Trainer, TrainResult
-
-__all__ = [
-    "DatasetActor",
-    "Generator",
-    "ReferenceModel",
-    "RewardActor",
-    "TrainResult",
-    "Trainer",
-    "WeightSync",
-]
+Import each from its module (`async_grpo.actors.generator`, ...): this package imports
+nothing itself, so a process that hosts only the dataset or the reward function never pays
+for importing `transformers`.
+"""
