@@ -119,7 +119,7 @@ class Reporter:
             f"sync {row.weight_sync_s * 1e3:.0f} ms | stale {row.staleness_mean:.2f} | "
             f"loss {row.loss:+.3f} | {row.wall_s:.0f}s"
         )
-        for t in list(self.metrics.recent)[-2:]:
+        for t in self.metrics.examples(3):
             w(
                 f"    {t.prompt!r} -> {t.response!r}  reward {t.reward:.2f} "
                 f"(generator v{t.version}, {row.version - t.version} behind)"

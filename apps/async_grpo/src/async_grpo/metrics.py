@@ -55,7 +55,7 @@ class RunMetrics:
         self.start = time.perf_counter()
         self.rewards: collections.deque[float] = collections.deque(maxlen=window)
         self.exact: collections.deque[float] = collections.deque(maxlen=window)
-        self.recent: collections.deque[Trajectory] = collections.deque(maxlen=8)
+        self.recent: collections.deque[Trajectory] = collections.deque(maxlen=64)
         self.episodes_generated = 0
         self.tokens_generated = 0
         self.episodes_trained = 0
@@ -71,6 +71,18 @@ class RunMetrics:
             self.recent.append(t)
         self.episodes_generated += len(trajectories)
         self.tokens_generated += tokens
+
+    def examples(self, count: int) -> list[Trajectory]:
+        """The newest trajectories, at most one per prompt, newest first."""
+        seen: set[str] = set()
+        out: list[Trajectory] = []
+        for t in reversed(self.recent):
+            if t.prompt not in seen:
+                seen.add(t.prompt)
+                out.append(t)
+            if len(out) == count:
+                break
+        return out
 
     def window_full(self) -> bool:
         return len(self.rewards) == self.rewards.maxlen
