@@ -71,6 +71,7 @@ class Publisher:
             raise ValueError("staging memory is CPU memory: cuda_ipc cannot carry it")
         self._control: Control | None = None
         self._layout: Layout | None = None
+        self._signature: list[tuple[str, torch.dtype, torch.Size]] | None = None
         self._slots: list[StagingSlot] = []
         self._latest: Manifest | None = None
         self._closed = False
@@ -192,7 +193,10 @@ class Publisher:
                 tensors[str(name)] = t
         if problems:
             raise MismatchError("cannot publish this state dict:\n  " + "\n  ".join(problems))
-        specs = [TensorSpec(n, t.dtype, tuple(t.shape)) for n, t in tensors.items()]
+        signature = [(n, t.dtype, t.shape) for n, t in tensors.items()]
+        if signature == self._signature:  # the common case, checked cheaply
+            return list(tensors.values())
+        specs = [TensorSpec(n, dtype, tuple(shape)) for n, dtype, shape in signature]
         if self._layout is None:
             layout = plan_layout(specs, self.config.bucket_bytes)
             if len(layout.bucket_nbytes) > MAX_BUCKETS:
@@ -201,6 +205,7 @@ class Publisher:
                     "header can track; raise PublisherConfig.bucket_bytes"
                 )
             self._layout = layout
+            self._signature = signature
         else:
             published = [TensorSpec(e.name, e.dtype, e.shape) for e in self._layout.entries]
             if specs != published:
