@@ -133,6 +133,12 @@ def test_environment_override(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RDMA_TENSOR_TRANSPORT", "rdma")
     assert transport_override() is Transport.RDMA
     assert transport_override(Transport.SHM) is Transport.SHM
+    # Process-wide, so it is ignored for memory it cannot carry; explicit arguments are not.
+    monkeypatch.setenv("RDMA_TENSOR_TRANSPORT", "cuda_ipc")
+    assert transport_override(device="cpu") is None
+    assert transport_override(device="cuda:0") is Transport.CUDA_IPC
+    with share(torch.zeros(4)) as shared:
+        assert shared.handle.transport is Transport.SHM
     monkeypatch.setenv("RDMA_TENSOR_TRANSPORT", "carrier-pigeon")
     with pytest.raises(ValueError, match="carrier-pigeon"):
         transport_override()

@@ -117,7 +117,7 @@ def choose_transport(handle: TensorHandle, requested: Transport | None = None) -
     """The transport for reading `handle` here: `requested`, else the owner's forced one,
     else this process's `RDMA_TENSOR_TRANSPORT`, else the best one available.
     """
-    forced = requested or handle.forced or transport_override()
+    forced = requested or handle.forced or transport_override(device=handle.device)
     local = is_local(handle.owner.process)
     if forced is not None:
         _check_possible(handle, forced, local)
@@ -285,7 +285,7 @@ class SharedTensor:
     """
 
     def __init__(self, tensor: torch.Tensor, transport: Transport | None = None) -> None:
-        forced = transport_override(transport)
+        forced = transport_override(transport, device=str(tensor.device))
         if not isinstance(tensor, torch.Tensor):
             raise TypeError(f"share() needs a torch.Tensor, got {type(tensor).__name__}")
         if tensor.device.type not in ("cpu", "cuda"):

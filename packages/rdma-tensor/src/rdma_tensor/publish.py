@@ -64,17 +64,15 @@ class Publisher:
     """Owns the staging slots of one stream of versions of one state-dict layout."""
 
     def __init__(self, config: PublisherConfig | None = None) -> None:
-        self.config = config or PublisherConfig()
-        self.publisher_id = uuid.uuid4().hex
-        self._forced = transport_override(self.config.transport)
-        if self._forced is Transport.CUDA_IPC:
-            raise ValueError("staging memory is CPU memory: cuda_ipc cannot carry it")
+        self._closed = False
         self._control: Control | None = None
+        self._slots: list[StagingSlot] = []
         self._layout: Layout | None = None
         self._signature: list[tuple[str, torch.dtype, torch.Size]] | None = None
-        self._slots: list[StagingSlot] = []
         self._latest: Manifest | None = None
-        self._closed = False
+        self.config = config or PublisherConfig()
+        self.publisher_id = uuid.uuid4().hex
+        self._forced = transport_override(self.config.transport, device="cpu")
 
     @property
     def latest(self) -> Manifest | None:

@@ -26,10 +26,15 @@ class Transport(enum.Enum):
     """Any machine: Monarch `RDMABuffer` (ibverbs, or TCP where there is none)."""
 
 
-def transport_override(explicit: Transport | None = None) -> Transport | None:
+def transport_override(
+    explicit: Transport | None = None, *, device: str | None = None
+) -> Transport | None:
     """The forced transport: `explicit` if given, else the environment variable, else None.
 
-    Raises `ValueError` naming the valid values when the variable holds anything else.
+    The variable is process-wide, so for memory on `device` ("cpu", "cuda:0", ...) it is
+    ignored where it cannot apply (`cuda_ipc` for CPU memory, `shm` for CUDA memory); an
+    explicit argument never is. Raises `ValueError` naming the valid values when the variable
+    holds anything else.
     """
     if explicit is not None:
         if not isinstance(explicit, Transport):
@@ -39,7 +44,12 @@ def transport_override(explicit: Transport | None = None) -> Transport | None:
     if raw in ("", "auto"):
         return None
     try:
-        return Transport(raw)
+        forced = Transport(raw)
     except ValueError:
         valid = ", ".join(t.value for t in Transport)
         raise ValueError(f"{ENV_VAR}={raw!r} is not one of: auto, {valid}") from None
+    if device is not None:
+        cuda = device.startswith("cuda")
+        if (forced is Transport.CUDA_IPC and not cuda) or (forced is Transport.SHM and cuda):
+            return None
+    return forced
