@@ -285,9 +285,9 @@ class SharedTensor:
     """
 
     def __init__(self, tensor: torch.Tensor, transport: Transport | None = None) -> None:
-        forced = transport_override(transport, device=str(tensor.device))
         if not isinstance(tensor, torch.Tensor):
             raise TypeError(f"share() needs a torch.Tensor, got {type(tensor).__name__}")
+        forced = transport_override(transport, device=str(tensor.device))
         if tensor.device.type not in ("cpu", "cuda"):
             raise MismatchError(f"only cpu and cuda tensors can be shared, not {tensor.device}")
         if not tensor.is_contiguous():
