@@ -7,9 +7,9 @@ What it teaches
       1. after each optimizer step the trainer calls `Publisher.publish(state_dict, version)`:
          the weights are copied into a *staging* slot (CPU memory; on a GPU machine this is
          the device-to-host copy) and a small `Manifest` comes back;
-      2. the trainer posts the manifest on a notice board (an actor message of a few KB,
-         sent with `broadcast`, so the trainer does not wait for it) and starts its next
-         step at once;
+      2. the trainer posts the manifest on a notice board (an actor message of a few hundred
+         bytes per tensor, however large the tensors; sent with `broadcast`, so the trainer
+         does not wait for it) and starts its next step at once;
       3. the generator, between two batches, asks the board for the newest manifest and
          calls `pull(manifest, into=model.state_dict())`: it copies the newest complete
          version out of the trainer's staging memory into its own weights, in place, all or
@@ -80,9 +80,10 @@ class Step:
     """One trainer step (monotonic-clock seconds, comparable across processes on a host).
 
     `start` -> `trained`: forward, backward, optimizer step. `trained` -> `staged`: the
-    publish (copy into staging) and the notice. `staged` -> `end`: this example's own
-    bookkeeping (keeping a copy of the version to check the generator against later),
-    which a real trainer would not do.
+    publish (copy into staging) and the notice; `publish_cpu` is the CPU time the trainer's
+    thread spent on it (on a busy machine, wall time also counts time spent descheduled).
+    `staged` -> `end`: this example's own bookkeeping (keeping a copy of the version to
+    check the generator against later), which a real trainer would not do.
     """
 
     version: int
@@ -90,6 +91,7 @@ class Step:
     trained: float
     staged: float
     end: float
+    publish_cpu: float
     loss: float
 
 
@@ -154,15 +156,15 @@ class Trainer(Actor):
             self.opt.zero_grad()
             loss.backward()  # type: ignore[no-untyped-call]
             self.opt.step()
-            trained = time.monotonic()
+            trained, cpu = time.monotonic(), time.thread_time()
             # One copy into staging, then a small message; neither waits for a reader.
             manifest = self.publisher.publish(self.model.state_dict(), version)
             board.post.broadcast(manifest)
-            staged = time.monotonic()
+            staged, cpu = time.monotonic(), time.thread_time() - cpu
             # Not part of weight sync: a copy of every version, fingerprinted after the run,
             # so that the check below costs the timed loop one copy and no hashing.
             self.history[version] = {k: v.clone() for k, v in self.model.state_dict().items()}
-            log.append(Step(version, start, trained, staged, time.monotonic(), loss.item()))
+            log.append(Step(version, start, trained, staged, time.monotonic(), cpu, loss.item()))
         return log
 
     @endpoint
@@ -185,10 +187,15 @@ class Generator(Actor):
         self.version = 0
 
     @endpoint
+    async def held(self) -> int:
+        """The version this generator's weights hold (0: its own random init)."""
+        return self.version
+
+    @endpoint
     async def run(self, board: Board, last_version: int) -> tuple[list[Pull], list[Batch]]:
         pulls, batches = [], []
         while self.version < last_version:
-            manifest = await board.newest.call_one()  # a few KB, whatever the model size
+            manifest = await board.newest.call_one()  # small, whatever the tensors' sizes
             if manifest is not None and manifest.version > self.version:
                 start = time.monotonic()
                 got = await pull(manifest, into=self.model.state_dict())
@@ -270,16 +277,18 @@ def timeline(steps: list[Step], pulls: list[Pull], batches: list[Batch], t0: flo
 
 
 def summary(steps: list[Step], pulls: list[Pull], manifest: Manifest) -> None:
-    train = [s.trained - s.start for s in steps]
-    publish = [s.staged - s.trained for s in steps]
+    train = statistics.median(s.trained - s.start for s in steps)
+    later = steps[1:]  # the first publish also allocates the staging slots
+    slowest = max(later, key=lambda s: s.staged - s.trained)
     print(f"\nmodel: {manifest.nbytes / 1e6:.1f} MB of weights in {len(manifest.names)} tensors")
     print(f"the manifest, as pickled into the message: {len(pickle.dumps(manifest)):,} bytes")
+    print(f"trainer, {len(steps)} steps: a training step took {ms(train)} (median)")
     print(
-        f"trainer, {len(steps)} steps: train {ms(statistics.median(train))} median; publish ",
-        end="",
+        f"  publish: {ms(statistics.median(s.staged - s.trained for s in later))} median "
+        f"({ms(statistics.median(s.publish_cpu for s in later))} of it on the CPU), slowest "
+        f"{ms(slowest.staged - slowest.trained)} ({ms(slowest.publish_cpu)} on the CPU); the "
+        f"first, which also allocates the staging slots: {ms(steps[0].staged - steps[0].trained)}"
     )
-    print(f"{ms(statistics.median(publish[1:]))} median, {ms(max(publish[1:]))} max ", end="")
-    print(f"(the first, which allocates the staging slots: {ms(publish[0])})")
     print(f"generator, {len(pulls)} pulls over {pulls[0].transport}: ", end="")
     print(f"{ms(statistics.median(p.end - p.start for p in pulls))} median")
     print("versions the generator held: " + " -> ".join(f"v{p.version}" for p in pulls))
@@ -307,7 +316,10 @@ async def main() -> None:
         board = this_proc().spawn("board", Board)
         trainer = trainer_procs.spawn("trainer", Trainer, transport)
         generator = generator_procs.spawn("generator", Generator)
-        await asyncio.gather(trainer.fingerprints.call_one(), board.newest.call_one())
+        # Wait until all three actors answer, so that both loops start together.
+        await asyncio.gather(
+            trainer.fingerprints.call_one(), generator.held.call_one(), board.newest.call_one()
+        )
 
         # The whole run: two independent loops. Neither calls the other.
         steps, (pulls, batches) = await asyncio.gather(
