@@ -179,11 +179,13 @@ async def kill_mid_stream(svc: Service[Generator], pids: list[int]) -> None:
     latencies: list[float] = []
     replies: list[Reply] = []
     started = asyncio.Event()
+    # `svc.generate` is typed loosely (Any); this form lets mypy check arguments and result.
+    generate = svc.endpoint(Generator.generate)
 
     async def caller(c: int) -> None:
         for k in range(CALLS_PER_CALLER):
             sent = time.monotonic()
-            replies.append(await svc.generate.route(c * CALLS_PER_CALLER + k, CALL_S))
+            replies.append(await generate.route(c * CALLS_PER_CALLER + k, CALL_S))
             latencies.append(time.monotonic() - sent)
             if len(replies) == total // 4:
                 started.set()
