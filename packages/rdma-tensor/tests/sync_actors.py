@@ -12,6 +12,7 @@ import asyncio
 import os
 import sys
 import time
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -22,15 +23,18 @@ from rdma_tensor import (
     Manifest,
     PublisherConfig,
     PullResult,
+    SyncMode,
     TensorHandle,
     Transport,
     WeightPublisher,
     WeightSubscriber,
+    _lease,
     _pull_shm,
     pull,
     share,
 )
 from rdma_tensor import _shm as shm
+from rdma_tensor._owner import FdRef
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -38,14 +42,37 @@ SHAPES = {"embed": (64, 96), "layer.0.w": (96, 96), "layer.0.b": (96,), "head": 
 
 
 def base_state(shapes: Mapping[str, tuple[int, ...]] = SHAPES) -> dict[str, torch.Tensor]:
-    g = torch.Generator().manual_seed(1234)
-    return {name: torch.rand(shape, generator=g) for name, shape in shapes.items()}
+    """Fixed random data per name (seeded by the name, so the order of `shapes` is free)."""
+    return {
+        name: torch.rand(shape, generator=torch.Generator().manual_seed(zlib.crc32(name.encode())))
+        for name, shape in shapes.items()
+    }
 
 
 def version_state(
     version: int, shapes: Mapping[str, tuple[int, ...]] = SHAPES
 ) -> dict[str, torch.Tensor]:
     return {name: t + version for name, t in base_state(shapes).items()}
+
+
+def make_module(
+    shapes: Mapping[str, tuple[int, ...]] = SHAPES,
+    dtype: torch.dtype = torch.float32,
+    device: str = "cpu",
+) -> torch.nn.Module:
+    """A module whose state dict has exactly `shapes`' dotted names, all zeros (the last
+    name part is a parameter; the parts before it are nested submodules)."""
+    root = torch.nn.Module()
+    for name, shape in shapes.items():
+        *path, leaf = name.split(".")
+        module = root
+        for part in path:
+            if not hasattr(module, part):
+                module.add_module(part, torch.nn.Module())
+            module = getattr(module, part)
+        zeros = torch.zeros(shape, dtype=dtype, device=device)
+        module.register_parameter(leaf, torch.nn.Parameter(zeros, requires_grad=False))
+    return root
 
 
 def matches(state: Mapping[str, torch.Tensor], version: int) -> bool:
@@ -56,6 +83,11 @@ def matches(state: Mapping[str, torch.Tensor], version: int) -> bool:
         torch.equal(t.detach().cpu().to(expected[name].dtype), expected[name])
         for name, t in state.items()
     )
+
+
+def staging_files(manifest: Manifest) -> set[FdRef]:
+    """The shared-memory files of a publisher's staging slots."""
+    return {ref.header.shm.file for ref in manifest.slots if ref.header.shm is not None}
 
 
 @dataclass(frozen=True)
@@ -130,6 +162,21 @@ class Trainer(WeightPublisher):
         return self.publish_weights(self.state, version)
 
     @endpoint
+    async def try_publish(self, version: int) -> str:
+        """Publishes `version`; returns "" or the error's type and message."""
+        self._set(version)
+        try:
+            self.publish_weights(self.state, version)
+        except Exception as e:
+            return f"{type(e).__name__}: {e}"
+        return ""
+
+    @endpoint
+    async def latest_version(self) -> int | None:
+        latest = self.publisher.latest
+        return None if latest is None else latest.version
+
+    @endpoint
     async def publish_many(self, first: int, last: int, interval_s: float) -> float:
         """Publishes versions first..last, pausing between them; returns the longest stall."""
         longest = 0.0
@@ -156,20 +203,34 @@ class Trainer(WeightPublisher):
 
 
 class Generator(WeightSubscriber):
-    """Holds a zeroed copy of the state dict (in `dtype`) and pulls versions into it."""
+    """Holds a zeroed copy of the state dict (in `dtype`) and pulls versions into it.
+
+    module: hold the weights in an `nn.Module` (which `mode` "auto"/"map" can map) instead of
+    a plain state dict (always copied).
+    """
 
     def __init__(
-        self, dtype: torch.dtype = torch.float32, transposed: bool = False, device: str = "cpu"
+        self,
+        dtype: torch.dtype = torch.float32,
+        transposed: bool = False,
+        device: str = "cpu",
+        module: bool = False,
+        mode: SyncMode = "auto",
     ) -> None:
-        super().__init__()
-        self.state = {n: torch.zeros(s, dtype=dtype, device=device) for n, s in SHAPES.items()}
+        super().__init__(mode)
+        self.model = make_module(SHAPES, dtype, device) if module else None
+        self.plain = {n: torch.zeros(s, dtype=dtype, device=device) for n, s in SHAPES.items()}
         if transposed:  # non-contiguous destinations
-            self.state = {
+            self.plain = {
                 n: torch.zeros(s[::-1], dtype=dtype, device=device).t() for n, s in SHAPES.items()
             }
 
-    def weights(self) -> Mapping[str, torch.Tensor]:
-        return self.state
+    def weights(self) -> torch.nn.Module | Mapping[str, torch.Tensor]:
+        return self.plain if self.model is None else self.model
+
+    @property
+    def state(self) -> Mapping[str, torch.Tensor]:
+        return self.plain if self.model is None else self.model.state_dict()
 
     @endpoint
     async def try_pull(
@@ -182,35 +243,42 @@ class Generator(WeightSubscriber):
         timeout_s: float = 30.0,
         min_version: int | None = None,
     ) -> Outcome:
+        """Pulls through this generator's Subscriber, or, given `into`, with `pull`."""
         start = time.perf_counter()
         try:
-            result = await pull(
-                manifest,
-                into=self.state if into is None else into,
-                transport=transport,
-                allow_cast=allow_cast,
-                timeout=timeout_s,
-                min_version=min_version,
-            )
+            if into is not None:
+                result = await pull(
+                    manifest,
+                    into=into,
+                    transport=transport,
+                    allow_cast=allow_cast,
+                    timeout=timeout_s,
+                    min_version=min_version,
+                )
+            else:
+                self.subscriber.transport = transport
+                result = await self.subscriber.pull(
+                    manifest, allow_cast=allow_cast, timeout=timeout_s, min_version=min_version
+                )
         except Exception as e:
             return Outcome(None, type(e).__name__, str(e), time.perf_counter() - start)
         return Outcome(result, "", "", time.perf_counter() - start)
 
     @endpoint
     async def follow(self, manifest: Manifest, last: int, transport: Transport | None) -> list[int]:
-        """Pulls newer and newer versions until `last`, checking each one bit for bit.
+        """Pulls newer and newer versions until `last`, checking each one bit for bit, also
+        a moment later (a mapped version must not change while the publisher goes on).
         Returns the versions seen; raises on the first torn or wrong state."""
         seen: list[int] = []
         version = manifest.version - 1
+        self.subscriber.transport = transport
         while version < last:
-            result = await pull(
-                manifest, into=self.state, transport=transport, min_version=version + 1
-            )
+            result = await self.subscriber.pull(manifest, min_version=version + 1)
             version = result.version
-            if not matches(self.state, version):
-                raise AssertionError(
-                    f"state after pulling version {version} is not version {version}"
-                )
+            for when in ("after pulling", "a moment after pulling"):
+                if not matches(self.state, version):
+                    raise AssertionError(f"state {when} version {version} is not that version")
+                await asyncio.sleep(0.002)
             seen.append(version)
         return seen
 
@@ -219,12 +287,27 @@ class Generator(WeightSubscriber):
         return matches(self.state, version)
 
     @endpoint
+    async def is_mapped(self) -> bool:
+        return self.subscriber.mapped
+
+    @endpoint
+    async def unmap(self) -> None:
+        self.subscriber.unmap()
+
+    @endpoint
     async def state_dict(self) -> dict[str, torch.Tensor]:
         return {n: t.cpu().clone() for n, t in self.state.items()}
 
     @endpoint
-    async def mapped_bytes(self) -> int:
-        return shm.mapped_bytes()
+    async def mapped_bytes(self, manifest: Manifest) -> int:
+        """Staging memory of `manifest`'s publisher that this process maps: cached or leased."""
+        files = staging_files(manifest)
+        return shm.mapped_bytes(files) + _lease.leased_bytes(files)
+
+    @endpoint
+    async def leased_bytes(self, manifest: Manifest) -> int:
+        """Staging memory of `manifest`'s publisher that leased views in this process pin."""
+        return _lease.leased_bytes(staging_files(manifest))
 
     @endpoint
     async def pipeline_stats(self) -> tuple[int, int]:

@@ -1,5 +1,6 @@
 """Many versions published while several readers pull at once: every state a reader ends up
-with must be exactly one version (checked bit for bit against that version's data)."""
+with must be exactly one version (checked bit for bit against that version's data), whether
+it copies the version (over shared memory or RDMA) or maps it in place."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from rdma_tensor import (
     PublisherClosedError,
     PublisherConfig,
     ReadResult,
+    Subscriber,
     TensorHandle,
     Transport,
     pull,
@@ -26,25 +28,43 @@ from sync_actors import Generator, Trainer, matches, version_state
 LAST = 40
 
 
-async def test_no_torn_reads_while_publishing_continuously(procs: ProcMesh) -> None:
-    trainer = procs.slice(procs=0).spawn("trainer", Trainer, PublisherConfig(bucket_bytes=16 << 10))
-    readers = [
-        (procs.slice(procs=i + 1).spawn(f"reader{i}", Generator), transport)
-        for i, transport in enumerate([Transport.SHM, Transport.SHM, Transport.RDMA])
+@pytest.mark.parametrize(
+    ("readers", "slots"),
+    [
+        ([("copy", Transport.SHM), ("map", Transport.SHM), ("copy", Transport.RDMA)], 2),
+        ([("map", Transport.SHM)] * 3, 4),
+    ],
+    ids=["copy-map-rdma", "three-mapped"],
+)
+async def test_no_torn_reads_while_publishing_continuously(
+    procs: ProcMesh, readers: list[tuple[str, Transport]], slots: int
+) -> None:
+    """Mapping readers pin their version's slot until they move on, so the publisher needs
+    slots >= mapping readers + 1 (PublisherConfig.slots); with them it never waits long."""
+    config = PublisherConfig(slots=slots, bucket_bytes=16 << 10)
+    name = "-".join(kind for kind, _ in readers)
+    trainer = procs.slice(procs=0).spawn(f"trainer_{name}", Trainer, config)
+    generators = [
+        procs.slice(procs=i + 1).spawn(f"reader{i}_{name}", Generator, module=kind == "map")
+        for i, (kind, _) in enumerate(readers)
     ]
     first = await trainer.publish.call_one(1)
-    for reader, _ in readers:  # up and running before the publisher starts its run
+    for reader in generators:  # up and running before the publisher starts its run
         assert await reader.current_version.call_one() is None
-    follows = [g.follow.call_one(first, LAST, t) for g, t in readers]
+    follows = [
+        g.follow.call_one(first, LAST, t) for g, (_, t) in zip(generators, readers, strict=True)
+    ]
     # Publish faster than an RDMA reader can copy, so its slot is regularly rewritten
     # under it (it must notice and retry) while shared-memory readers hold leases.
     longest_stall = await trainer.publish_many.call_one(2, LAST, 0.005)
     seen = await asyncio.gather(*follows)
-    for versions, (_, transport) in zip(seen, readers, strict=True):
-        assert versions[-1] == LAST, transport
-        assert versions == sorted(set(versions)), transport
+    for versions, who in zip(seen, readers, strict=True):
+        assert versions[-1] == LAST, who
+        assert versions == sorted(set(versions)), who
     assert sum(len(v) for v in seen) > len(readers)  # readers saw intermediate versions
     assert longest_stall < 5.0  # publish never waited out its 30 s busy timeout
+    for generator, (kind, _) in zip(generators, readers, strict=True):
+        assert await generator.is_mapped.call_one() is (kind == "map")
     await trainer.close_publisher.call_one()
 
 
@@ -96,7 +116,8 @@ async def test_pipelined_pull_copies_buckets_as_they_are_staged() -> None:
     publisher = Publisher(PublisherConfig(bucket_bytes=16 << 10))
     first = publisher.publish(version_state(1), 1)
     into = {n: torch.zeros_like(t) for n, t in version_state(1).items()}
-    await pull(first, into=into)
+    subscriber = Subscriber(into)  # knows it holds version 1, so it can fall back on it
+    await subscriber.pull(first)
     slot, second, tensors = publisher._begin(version_state(2), 2)
     n_buckets = len(first.layout.bucket_nbytes)
     marked: list[float] = []
@@ -111,7 +132,7 @@ async def test_pipelined_pull_copies_buckets_as_they_are_staged() -> None:
     before = STATS.pipelined
     thread = threading.Thread(target=stage)
     thread.start()
-    result = await pull(first, into=into, min_version=2)
+    result = await subscriber.pull(first, min_version=2)
     done = time.perf_counter()
     thread.join()
     assert result.version == 2
@@ -126,14 +147,15 @@ async def test_pipelined_pull_undoes_its_copies_when_the_publisher_closes_mid_ve
     publisher = Publisher(PublisherConfig(bucket_bytes=16 << 10))
     first = publisher.publish(version_state(1), 1)
     into = {n: torch.zeros_like(t) for n, t in version_state(1).items()}
-    await pull(first, into=into)
+    subscriber = Subscriber(into)
+    await subscriber.pull(first)
     slot, _, tensors = publisher._begin(version_state(2), 2)
     publisher._write(slot, tensors, buckets=[0])
     closer = threading.Timer(0.2, publisher.close)
     rollbacks = STATS.rollbacks
     closer.start()
     with pytest.raises(PublisherClosedError):
-        await pull(first, into=into, min_version=2)
+        await subscriber.pull(first, min_version=2)
     closer.join()
     assert STATS.rollbacks == rollbacks + 1
     assert matches(into, 1)  # bucket 0 of version 2 was copied, then restored

@@ -101,8 +101,10 @@ async def test_closed_publisher_fails_clearly(procs: ProcMesh, transport: Transp
     await trainer.close_publisher.call_one()
     outcome = await generator.try_pull.call_one(manifest, transport=transport, timeout_s=10)
     assert outcome.error == "PublisherClosedError", outcome
-    assert await generator.holds.call_one(0) is False
-    assert await generator.mapped_bytes.call_one() == 0  # nothing of the closed publisher kept
+    assert not any(t.any() for t in (await generator.state_dict.call_one()).values())
+    assert (
+        await generator.mapped_bytes.call_one(manifest) == 0
+    )  # nothing of the closed publisher kept
 
 
 async def test_old_manifest_yields_the_newest_version_and_waits_for_min_version(
@@ -125,13 +127,17 @@ async def test_old_manifest_yields_the_newest_version_and_waits_for_min_version(
     await trainer.close_publisher.call_one()
 
 
-async def test_actor_pair_pulls_the_latest_from_a_publisher_actor(procs: ProcMesh) -> None:
-    trainer = spawn_trainer(procs, "trainer_pair")
-    generator = spawn_generator(procs, "generator_pair")
+@pytest.mark.parametrize("module", [False, True], ids=["state-dict", "module"])
+async def test_actor_pair_pulls_the_latest_from_a_publisher_actor(
+    procs: ProcMesh, module: bool
+) -> None:
+    """`WeightSubscriber` copies into a state dict, and maps a module's weights."""
+    trainer = spawn_trainer(procs, f"trainer_pair_{module}")
+    generator = spawn_generator(procs, f"generator_pair_{module}", module=module)
     assert await generator.current_version.call_one() is None
     await trainer.publish.call_one(7)
     result = await generator.update_weights.call_one(trainer)
-    assert result.version == 7
+    assert (result.version, result.mapped) == (7, module)
     assert await generator.current_version.call_one() == 7
     assert await generator.holds.call_one(7)
     await trainer.close_publisher.call_one()

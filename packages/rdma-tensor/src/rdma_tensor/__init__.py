@@ -4,11 +4,13 @@ Control plane: a small picklable handle or manifest travels in an actor message.
 the bytes move directly between processes (shared memory or CUDA IPC on one machine, Monarch
 RDMA across machines).
 
-    shared = share(tensor)                         # owner
-    await shared.handle.read_into(dst)             # any reader
+    manifest = Publisher().publish(model.state_dict(), version=1)   # trainer: one copy, returns
+    await Subscriber(model).pull(manifest)          # generator: atomic; same host: maps in place
+    await pull(manifest, into=model.state_dict())   # or one stateless copy
 
-    manifest = Publisher().publish(state_dict, version=1)        # trainer: one copy, returns
-    await pull(manifest, into=model.state_dict())                # generator: atomic, in place
+    shared = share(tensor)                          # raw handles: owner
+    await shared.handle.read_into(dst)              # any reader
+    local_tensor(shared.handle)                     # a reader on the owner's machine: no copy
 """
 
 from rdma_tensor.actors import WeightPublisher, WeightSubscriber
@@ -22,11 +24,20 @@ from rdma_tensor.errors import (
     StaleVersionError,
     TransportError,
 )
-from rdma_tensor.handle import ReadResult, SharedTensor, TensorHandle, share
+from rdma_tensor.handle import (
+    ReadResult,
+    SharedTensor,
+    TensorHandle,
+    check_owner,
+    choose_transport,
+    local_tensor,
+    share,
+)
 from rdma_tensor.manifest import Layout, Manifest, SlotRef, TensorEntry
 from rdma_tensor.publish import Publisher, PublisherConfig
-from rdma_tensor.pull import PullResult, pull
-from rdma_tensor.transport import ENV_VAR, Transport
+from rdma_tensor.pull import pull
+from rdma_tensor.subscriber import PullResult, Subscriber, SyncMode
+from rdma_tensor.transport import ENV_VAR, Transport, transport_override
 
 __version__ = "0.1.0"
 
@@ -47,12 +58,18 @@ __all__ = [
     "SlotRef",
     "SlotsBusyError",
     "StaleVersionError",
+    "Subscriber",
+    "SyncMode",
     "TensorEntry",
     "TensorHandle",
     "Transport",
     "TransportError",
     "WeightPublisher",
     "WeightSubscriber",
+    "check_owner",
+    "choose_transport",
+    "local_tensor",
     "pull",
     "share",
+    "transport_override",
 ]

@@ -1,22 +1,29 @@
 """Pulling on the publisher's machine: straight out of the mapped staging slots.
 
-A complete version is copied under a shared `flock` lease on its slot, which keeps the
-publisher from claiming that slot meanwhile; the copy is a plain memory copy, so it cannot
-fail half-way and `into` goes from the old version to the new one in one step.
+Two ways to apply a complete version:
 
-A version still being staged is copied *pipelined* when `into` holds a version that is still
-complete in another slot: bucket k is copied as soon as the publisher marks it written, while
-it writes bucket k+1. Both slots are leased for the duration; if the new version stops
-arriving (publisher dead, closed, timeout) the buckets already copied are restored from the
-old version's slot, so `into` is back to exactly the old version before the error is raised.
-The pipelined copy blocks this process's event loop (so no other coroutine sees `into` half
-updated); if the next bucket is not staged within `_STALL_S` it also restores the old version
-and goes back to waiting, without blocking, for the version to complete.
+- copy: the version is copied into the caller's tensors under a shared `flock` lease on its
+  slot, which keeps the publisher from claiming that slot meanwhile; the copy is a plain
+  memory copy, so it cannot fail half-way and `into` goes from the old version to the new
+  one in one step;
+- map (`map_views=True`): nothing is copied. The slot is leased by tensors viewing it (see
+  `_lease`): the lease lasts as long as any of them lives, and the caller swaps them in.
+
+A version still being staged is copied *pipelined* (copy only) when `into` holds a version
+that is still complete in another slot: bucket k is copied as soon as the publisher marks it
+written, while it writes bucket k+1. Both slots are leased for the duration; if the new
+version stops arriving (publisher dead, closed, timeout) the buckets already copied are
+restored from the old version's slot, so `into` is back to exactly the old version before
+the error is raised. The pipelined copy blocks this process's event loop (so no other
+coroutine sees `into` half updated); if the next bucket is not staged within `_STALL_S` it
+also restores the old version and goes back to waiting, without blocking, for the version to
+complete.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from dataclasses import dataclass
 
@@ -37,7 +44,7 @@ from rdma_tensor._pulling import (
 from rdma_tensor.errors import PullTimeoutError
 from rdma_tensor.handle import check_owner
 from rdma_tensor.manifest import Manifest
-from rdma_tensor.staging import SlotHeader, SlotState, bucket_version
+from rdma_tensor.staging import HEADER_BYTES, SlotHeader, SlotState, bucket_version
 
 _POLL_S = 0.0003  # pipelined copy: how long to sleep while the next bucket is being staged
 _STALL_S = 1.0  # pipelined copy: longest wait for one bucket before giving up on pipelining
@@ -81,7 +88,9 @@ def _map(manifest: Manifest) -> list[_Slot]:
     return slots
 
 
-async def pull_shm(manifest: Manifest, plan: Plan, goal: Goal) -> Outcome:
+async def pull_shm(manifest: Manifest, plan: Plan, goal: Goal, *, map_views: bool) -> Outcome:
+    """Waits for a complete version >= `goal.want`, then copies it into `plan`'s tensors or,
+    with `map_views`, returns leased views of it (`Outcome.views`, nothing copied)."""
     owner = manifest.slots[0].header.owner
     check_owner(owner)
     slots = _map(manifest)
@@ -96,8 +105,11 @@ async def pull_shm(manifest: Manifest, plan: Plan, goal: Goal) -> Outcome:
         if best is not None:
             if headers[best].version == goal.applied:
                 return Outcome(headers[best].version, False, 0, 0.0)
-            outcome = _copy_complete(slots[best], headers[best], plan)
-        else:
+            if map_views:
+                outcome = _lease_complete(manifest, best, headers[best], plan)
+            else:
+                outcome = _copy_complete(slots[best], headers[best], plan)
+        elif not map_views:
             staging = newest(headers, goal.want, SlotState.WRITING)
             old = next(
                 (i for i, h in enumerate(headers) if h.complete and h.version == goal.applied),
@@ -130,6 +142,28 @@ def _copy_complete(slot: _Slot, seen: SlotHeader, plan: Plan) -> Outcome | None:
         return Outcome(seen.version, True, plan_bytes(plan), time.perf_counter() - t0)
     finally:
         _shm.unlock(slot.fd)
+
+
+def _lease_complete(manifest: Manifest, index: int, seen: SlotHeader, plan: Plan) -> Outcome | None:
+    """Leases a complete version and returns views of it; None if the publisher got there
+    first (then the lease is dropped at once with the views)."""
+    ref = manifest.slots[index]
+    assert ref.header.shm is not None
+    t0 = time.perf_counter()
+    whole = dataclasses.replace(ref.header.shm, byte_offset=0, nbytes=ref.header.shm.file_nbytes)
+    leased = _shm.lease(ref.header.owner.process, whole)
+    # Re-read under the lease: the publisher may have claimed the slot just before.
+    if leased is None or SlotHeader.parse(leased[:HEADER_BYTES]) != seen:
+        return None
+    starts = [b.shm.byte_offset for b in ref.buckets if b.shm is not None]
+    views = {
+        e.name: leased[starts[e.bucket] + e.offset : starts[e.bucket] + e.offset + e.nbytes]
+        .view(e.dtype)
+        .view(e.shape)
+        for e, _ in plan
+    }
+    elapsed = time.perf_counter() - t0
+    return Outcome(seen.version, True, plan_bytes(plan), elapsed, views=views)
 
 
 def _copy_pipelined(

@@ -1,15 +1,15 @@
-"""What the two pull paths (`_pull_shm`, `_pull_rdma`) share: the copy plan, the goal of a
-pull, its outcome, and small helpers over slot headers."""
+"""What the pull paths (`_pull_shm`, `_pull_rdma`) share: checking the destination against
+the manifest, the copy plan, the goal of a pull, its outcome, and helpers over slot headers."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
 
-from rdma_tensor.errors import PublisherClosedError, PullTimeoutError
-from rdma_tensor.manifest import TensorEntry
+from rdma_tensor.errors import MismatchError, PublisherClosedError, PullTimeoutError
+from rdma_tensor.manifest import Manifest, TensorEntry
 from rdma_tensor.staging import SlotHeader, SlotState
 
 Plan = list[tuple[TensorEntry, torch.Tensor]]
@@ -29,7 +29,8 @@ class Goal:
 
 @dataclass(frozen=True)
 class Outcome:
-    """What a pull path did: `version` now in `into` (`changed`: whether it copied)."""
+    """What a pull path did: `version` now in `into` (`changed`: whether it copied), or, when
+    `views` is set, the leased views of that version for the caller to swap in."""
 
     version: int
     changed: bool
@@ -37,6 +38,48 @@ class Outcome:
     copy_seconds: float
     retries: int = 0
     pipelined: bool = False
+    views: Mapping[str, torch.Tensor] | None = None
+
+
+def check_destination(
+    manifest: Manifest, into: Mapping[str, torch.Tensor], allow_cast: bool
+) -> Plan:
+    """Pairs every manifest entry with its destination; lists every misfit at once."""
+    if not isinstance(into, Mapping):
+        raise TypeError(f"into must be a mapping of name to tensor, got {type(into).__name__}")
+    entries = manifest.layout.entries
+    problems = []
+    missing = [e.name for e in entries if e.name not in into]
+    extra = [n for n in into if n not in {e.name for e in entries}]
+    if missing:
+        problems.append(f"missing from into: {missing[:8]}{' ...' if len(missing) > 8 else ''}")
+    if extra:
+        problems.append(f"not published: {extra[:8]}{' ...' if len(extra) > 8 else ''}")
+    plan: Plan = []
+    for e in entries:
+        value: object = into.get(e.name)
+        if value is None:
+            continue
+        if not isinstance(value, torch.Tensor):
+            problems.append(f"{e.name}: not a tensor ({type(value).__name__})")
+            continue
+        dst = value
+        if tuple(dst.shape) != e.shape:
+            problems.append(f"{e.name}: shape {list(dst.shape)}, published {list(e.shape)}")
+        if dst.dtype != e.dtype and not (
+            allow_cast and dst.dtype.is_floating_point and e.dtype.is_floating_point
+        ):
+            hint = "" if allow_cast else " (allow_cast=True converts floating point)"
+            problems.append(f"{e.name}: dtype {dst.dtype}, published {e.dtype}{hint}")
+        if dst.device.type not in ("cpu", "cuda"):
+            problems.append(f"{e.name}: on {dst.device}; only cpu and cuda are supported")
+        plan.append((e, dst))
+    if problems:
+        raise MismatchError(
+            f"into does not fit version {manifest.version} of the published state dict:\n  "
+            + "\n  ".join(problems)
+        )
+    return plan
 
 
 def copy_entries(plan: Plan, buckets: Sequence[torch.Tensor]) -> None:

@@ -17,10 +17,12 @@ import fcntl
 import mmap
 import os
 import warnings
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import torch
 
+from rdma_tensor import _lease
 from rdma_tensor._owner import FdRef, ProcessRef, fd_matches, fd_ref
 from rdma_tensor.errors import PublisherDiedError, TransportError
 
@@ -107,15 +109,35 @@ def _open(owner: ProcessRef, region: ShmRegion) -> _Mapping:
     return _Mapping(fd, mm, data)
 
 
-def local_view(owner: ProcessRef, region: ShmRegion) -> tuple[torch.Tensor, int]:
-    """A read-only uint8 view of `region` in this process, and the descriptor for leases."""
+def _mapping(owner: ProcessRef, region: ShmRegion) -> _Mapping:
     key = (owner, region.file)
     mapping = _mappings.get(key)
     if mapping is None:
         _sweep()
         mapping = _mappings[key] = _open(owner, region)
+    return mapping
+
+
+def local_view(owner: ProcessRef, region: ShmRegion) -> tuple[torch.Tensor, int]:
+    """A read-only uint8 view of `region` in this process, and the descriptor for leases."""
+    mapping = _mapping(owner, region)
     view = mapping.data[region.byte_offset : region.byte_offset + region.nbytes]
     return view, mapping.fd
+
+
+def lease(owner: ProcessRef, region: ShmRegion) -> torch.Tensor | None:
+    """A read-only uint8 view of `region` that holds a shared `flock` lease on its file for
+    as long as it, or any tensor viewing its memory, is alive; None if an exclusive lock
+    (a publisher rewriting the file) is held. See `_lease`."""
+    mapping = _mapping(owner, region)
+    # A descriptor of our own (a new open file description), so this lease is independent
+    # of every other lease and of the short copy leases taken on `mapping.fd`.
+    fd = os.open(f"/proc/self/fd/{mapping.fd}", os.O_RDONLY | os.O_CLOEXEC)
+    if not try_lock(fd, exclusive=False):
+        os.close(fd)
+        return None
+    address = mapping.data.data_ptr() + region.byte_offset
+    return _lease.leased_tensor(address, region.nbytes, fd, keep=mapping.mm, file=region.file)
 
 
 def forget(owner: ProcessRef) -> None:
@@ -124,9 +146,11 @@ def forget(owner: ProcessRef) -> None:
         _mappings.pop(key).release()
 
 
-def mapped_bytes() -> int:
-    """Total bytes this process has mapped from other owners (for tests and leak checks)."""
-    return sum(m.data.numel() for m in _mappings.values())
+def mapped_bytes(files: Collection[FdRef] | None = None) -> int:
+    """Bytes this process has mapped from other owners (of `files` only, if given), for
+    tests and leak checks. Leased views (`lease`) keep their mapping alive after `forget`;
+    `_lease.leased_bytes` counts those."""
+    return sum(m.data.numel() for k, m in _mappings.items() if files is None or k[1] in files)
 
 
 def try_lock(fd: int, *, exclusive: bool) -> bool:

@@ -9,8 +9,8 @@ Subclass them (endpoints are async, so a subclass's endpoints must be async too)
             return self.publish_weights(self.model.state_dict(), self.version)
 
     class Generator(WeightSubscriber):
-        def weights(self) -> Mapping[str, torch.Tensor]:
-            return self.model.state_dict()
+        def weights(self) -> torch.nn.Module:     # or a state dict (then always copied)
+            return self.model
 
     await generator.update_weights.call(trainer)     # or pass a Manifest
 
@@ -26,7 +26,7 @@ from monarch.actor import Actor, endpoint
 
 from rdma_tensor.manifest import Manifest
 from rdma_tensor.publish import Publisher, PublisherConfig
-from rdma_tensor.pull import PullResult, pull
+from rdma_tensor.subscriber import PullResult, Subscriber, SyncMode
 
 
 class WeightPublisher(Actor):
@@ -54,21 +54,32 @@ class WeightPublisher(Actor):
 
 
 class WeightSubscriber(Actor):
-    """Applies published versions to `weights()`, which the subclass provides."""
+    """Applies published versions to `weights()`, which the subclass provides, through a
+    `Subscriber` built on the first update (`mode`: see `Subscriber`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, mode: SyncMode = "auto") -> None:
         self.weights_version: int | None = None
+        self._mode: SyncMode = mode
+        self._subscriber: Subscriber | None = None
 
-    def weights(self) -> Mapping[str, torch.Tensor]:
-        """The state dict to update in place (e.g. `self.model.state_dict()`)."""
+    def weights(self) -> torch.nn.Module | Mapping[str, torch.Tensor]:
+        """The destination, called once: the model itself (on the publisher's machine its
+        weights are then mapped, not copied) or a state dict to update in place."""
         raise NotImplementedError("WeightSubscriber subclasses must implement weights()")
+
+    @property
+    def subscriber(self) -> Subscriber:
+        """The `Subscriber` that owns `weights()` and the version it holds."""
+        if self._subscriber is None:
+            self._subscriber = Subscriber(self.weights(), mode=self._mode)
+        return self._subscriber
 
     @endpoint
     async def update_weights(
         self, source: Manifest | WeightPublisher, allow_cast: bool = False, timeout_s: float = 60.0
     ) -> PullResult:
-        """Pulls the newest version >= `source`'s into `weights()` (see `pull`)."""
-        result = await pull(source, into=self.weights(), allow_cast=allow_cast, timeout=timeout_s)
+        """Pulls the newest version >= `source`'s into `weights()` (see `Subscriber.pull`)."""
+        result = await self.subscriber.pull(source, allow_cast=allow_cast, timeout=timeout_s)
         self.weights_version = result.version
         return result
 

@@ -115,7 +115,11 @@ class TensorHandle:
 
 def choose_transport(handle: TensorHandle, requested: Transport | None = None) -> Transport:
     """The transport for reading `handle` here: `requested`, else the owner's forced one,
-    else this process's `RDMA_TENSOR_TRANSPORT`, else the best one available.
+    else this process's `RDMA_TENSOR_TRANSPORT`, else the best one available (`SHM` or
+    `CUDA_IPC` on the owner's machine, `RDMA` elsewhere).
+
+    Raises `TransportError` when the requested or forced transport cannot reach the owner's
+    memory from here, or when nothing can.
     """
     forced = requested or handle.forced or transport_override(device=handle.device)
     local = is_local(handle.owner.process)
@@ -179,7 +183,10 @@ def _check_read(handle: TensorHandle, dst: torch.Tensor, offset: int) -> int:
 
 
 def check_owner(owner: Owner) -> None:
-    """Raises if the owner (on this machine) closed the memory or died.
+    """Raises `PublisherClosedError` / `PublisherDiedError` if the owner (on this machine)
+    closed the memory or died; returns if it is open. Costs a `stat` of `/proc/<pid>/fd/<n>`
+    (microseconds). Only meaningful on the owner's machine: the owner of `handle` is
+    `handle.owner`, and `choose_transport(handle)` is not `RDMA` there.
 
     Callers let go of the owner's memory afterwards with `forget_owner`, once they no longer
     use it (a pull may still need it to restore the previous version).
@@ -199,13 +206,31 @@ def forget_owner(owner: Owner) -> None:
     _cuda_ipc.forget(owner.process)
 
 
-def local_tensor(handle: TensorHandle, transport: Transport) -> torch.Tensor:
-    """The shared tensor as a flat tensor of this process (mapped, opened or the original)."""
+def local_tensor(handle: TensorHandle, transport: Transport | None = None) -> torch.Tensor:
+    """The shared tensor itself, as a flat 1-D tensor of this process: no copy.
+
+    For readers on the owner's machine: shared memory is mapped read-only (writing through
+    the result kills the process with SIGSEGV), CUDA memory is opened by CUDA IPC, and in the
+    owner's own process it is the original tensor. The owner may change the memory later
+    (publish/pull order that; users of raw handles order it themselves). Mappings are cached
+    per owner until it closes or dies. `transport` defaults to `choose_transport(handle)`.
+
+    Raises `TransportError` when the reader is not on the owner's machine (or `transport`
+    is `RDMA`: use `read_into`), and `PublisherClosedError` / `PublisherDiedError` when the
+    owner closed the memory or died.
+    """
+    chosen = choose_transport(handle, transport)
+    if chosen is Transport.RDMA:
+        raise TransportError(
+            "local_tensor maps the owner's memory, which needs shm or cuda_ipc; this handle "
+            "is read over rdma here: use read_into"
+        )
+    check_owner(handle.owner)
     if is_this_process(handle.owner.process):
         tensor = _local_tensors.get(handle.uid)
         if tensor is not None:
             return tensor.detach().reshape(-1)
-    if transport is Transport.SHM:
+    if chosen is Transport.SHM:
         assert handle.shm is not None
         view, _ = _shm.local_view(handle.owner.process, handle.shm)
         return view.view(handle.dtype)

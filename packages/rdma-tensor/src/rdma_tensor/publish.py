@@ -34,14 +34,19 @@ from rdma_tensor.transport import Transport, transport_override
 class PublisherConfig:
     """How a `Publisher` stages weights.
 
-    slots: staging slots (>= 2), each the size of the packed state dict; more slots let
-        more slow readers finish old versions while new ones are published.
+    slots: staging slots (>= 2), each the size of the packed state dict. A slot is pinned
+        while a same-machine reader uses it: for one copy (two for a pipelined copy), or,
+        for a reader that maps its weights (`Subscriber` in map mode), until that reader
+        moves to a newer version or unmaps. `publish` needs one unpinned slot, so with M
+        mapping readers use slots >= M + 1 (the default 2 covers one); add one more if
+        publishes come faster than a copying reader copies. Otherwise `publish` waits for
+        a slot, up to `busy_timeout_s`, then raises `SlotsBusyError`.
     bucket_bytes: target bucket size in bytes. One bucket is one RDMA transfer, and the
         unit a waiting reader copies while the next one is being staged.
     transport: force readers onto one transport (None: `RDMA_TENSOR_TRANSPORT` or auto).
         CUDA_IPC is not allowed: staging memory is CPU memory.
-    busy_timeout_s: how long `publish` waits, in seconds, if readers lease every slot
-        (a lease lasts one memory copy) before raising `SlotsBusyError`.
+    busy_timeout_s: how long `publish` waits, in seconds, if readers pin every slot,
+        before raising `SlotsBusyError` (nothing staged; the latest version stays).
     """
 
     slots: int = 2
@@ -85,7 +90,9 @@ class Publisher:
         The first call fixes the layout (names, shapes, dtypes, order) and allocates the
         slots. Raises `MismatchError` if a later state dict differs from that layout,
         `StaleVersionError` unless `version` exceeds the last one, `PublisherClosedError`
-        after `close`; nothing is staged in those cases.
+        after `close`, `SlotsBusyError` if readers pin every slot for `busy_timeout_s`
+        (see `PublisherConfig.slots`); nothing is staged in those cases, and `latest` stays
+        the previous version, so the same `version` can be published again later.
         """
         slot, manifest, tensors = self._begin(state_dict, version)
         self._write(slot, tensors)
@@ -232,9 +239,12 @@ class Publisher:
                 if self._slots[i].try_claim(version):
                     return i
             if time.monotonic() > deadline:
+                held = ", ".join(f"v{s.version}" for s in self._slots)
                 raise SlotsBusyError(
-                    f"all {len(self._slots)} staging slots stayed leased by readers for "
-                    f"{self.config.busy_timeout_s}s; use more slots"
+                    f"all {len(self._slots)} staging slots ({held}) stayed leased by readers "
+                    f"for {self.config.busy_timeout_s}s, so version {version} was not staged: "
+                    "a reader that maps its weights pins its version's slot until it pulls a "
+                    "newer one or unmaps; with M such readers use PublisherConfig(slots=M + 1)"
                 )
             time.sleep(0.0005)
 
