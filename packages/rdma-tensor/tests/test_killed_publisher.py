@@ -63,3 +63,43 @@ async def test_pull_fails_fast_and_cleanly_when_the_publisher_is_killed_mid_publ
 
 async def _pull(generator: Generator, manifest: Manifest, transport: Transport) -> Outcome:
     return await generator.try_pull.call_one(manifest, transport=transport, timeout_s=60)
+
+
+async def test_mapped_weights_outlive_a_killed_publisher(procs: ProcMesh) -> None:
+    """A generator running on a killed publisher's staging memory keeps running on it (Linux
+    keeps mapped memory alive); its waiting pull and every later pull fail with
+    `PublisherDiedError`, and `unmap` moves the weights into its own memory, after which
+    nothing of the dead publisher is left."""
+    doomed = this_host().spawn_procs(per_host={"procs": 1})
+    try:
+        trainer = doomed.spawn("trainer", Trainer, PublisherConfig(bucket_bytes=16 << 10))
+        generator = procs.slice(procs=1).spawn("generator_killed_mapped", Generator, module=True)
+        good = await trainer.publish.call_one(1)
+        outcome = await generator.try_pull.call_one(good)
+        assert outcome.result is not None
+        assert outcome.result.mapped
+        pending = asyncio.ensure_future(
+            generator.try_pull.call_one(good, min_version=2, timeout_s=60)
+        )
+        await asyncio.sleep(0.5)  # the generator is now waiting for version 2
+        assert not pending.done()
+        pid = await trainer.pid.call_one()
+        killed_at = time.monotonic()
+        os.kill(pid, signal.SIGKILL)
+        outcome = await pending
+        waited = time.monotonic() - killed_at
+        assert outcome.error == "PublisherDiedError", outcome
+        assert f"pid {pid}" in outcome.message
+        assert waited < 10.0, f"noticed the dead publisher only after {waited:.1f}s"
+        assert await generator.is_mapped.call_one()
+        assert await generator.holds.call_one(1)  # still readable, still version 1
+        again = await generator.try_pull.call_one(good, timeout_s=5)
+        assert again.error == "PublisherDiedError", again
+        assert await generator.mapped_bytes.call_one(good) > 0  # pinned by the weights
+        await generator.unmap.call_one()
+        assert not await generator.is_mapped.call_one()
+        assert await generator.holds.call_one(1)
+        assert await generator.mapped_bytes.call_one(good) == 0
+        assert not [f for f in os.listdir("/dev/shm") if str(pid) in f]
+    finally:
+        await doomed.stop()
