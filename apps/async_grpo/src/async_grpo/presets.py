@@ -45,7 +45,7 @@ def tiny() -> RunConfig:
         reward=RewardConfig(fns="count"),
         trainer=TrainerConfig(lr=3e-4, batch_size=128, kl_coef=0.0),
         buffer=BufferConfig(max_policy_age=1, capacity=1024),
-        steps=800,
+        steps=400,
         rollout_loops=2,
         window=64,
     )
