@@ -25,7 +25,7 @@ from rdma_tensor.errors import (
     SlotsBusyError,
     StaleVersionError,
 )
-from rdma_tensor.manifest import Layout, Manifest, TensorEntry
+from rdma_tensor.manifest import Layout, Manifest, SlotRef, TensorEntry
 from rdma_tensor.staging import MAX_BUCKETS, StagingSlot
 from rdma_tensor.transport import Transport, transport_override
 
@@ -72,6 +72,7 @@ class Publisher:
         self._closed = False
         self._control: Control | None = None
         self._slots: list[StagingSlot] = []
+        self._slot_refs: tuple[SlotRef, ...] = ()
         self._layout: Layout | None = None
         self._signature: list[tuple[str, torch.dtype, torch.Size]] | None = None
         self._latest: Manifest | None = None
@@ -139,7 +140,7 @@ class Publisher:
             version=version,
             slot=index,
             layout=self._layout,
-            slots=tuple(s.ref for s in self._slots),
+            slots=self._slot_refs,  # the same tuple every time: manifests pickle it once
         )
         return slot, manifest, tensors
 
@@ -228,6 +229,7 @@ class Publisher:
             StagingSlot(self._layout, self._control.owner, self._forced)
             for _ in range(self.config.slots)
         ]
+        self._slot_refs = tuple(s.ref for s in self._slots)
 
     def _claim(self, version: int) -> int:
         """A free slot, oldest version first; the newest complete version is kept if possible."""
