@@ -21,4 +21,6 @@ def test_usage_example_runs_and_syncs_the_weights(tmp_path: Path) -> None:
         [sys.executable, str(script)], capture_output=True, text=True, timeout=240, check=False
     )
     assert run.returncode == 0, run.stderr[-3000:]
-    assert "generator weight sum: 12288.0" in run.stdout, run.stdout + run.stderr[-3000:]
+    assert "generator weight sum: 12288.0, mapped: True" in run.stdout, (
+        run.stdout + run.stderr[-3000:]
+    )

@@ -44,10 +44,11 @@ def leased_count() -> int:
     return len(_live)
 
 
-def _release(holder: Any) -> None:
+def _release(holder: Any, _close: Any = os.close, _live: dict[int, Any] = _live) -> None:
+    # Defaults bind what it needs: at interpreter exit module globals may be gone already.
     fd = holder.__dict__.pop("fd", None)
     if fd is not None:
-        os.close(fd)  # ends the flock lease: the publisher may claim the slot again
+        _close(fd)  # ends the flock lease: the publisher may claim the slot again
         _live.pop(id(holder), None)
 
 

@@ -49,8 +49,9 @@ def check_destination(
         raise TypeError(f"into must be a mapping of name to tensor, got {type(into).__name__}")
     entries = manifest.layout.entries
     problems = []
+    published = {e.name for e in entries}
     missing = [e.name for e in entries if e.name not in into]
-    extra = [n for n in into if n not in {e.name for e in entries}]
+    extra = [n for n in into if n not in published]
     if missing:
         problems.append(f"missing from into: {missing[:8]}{' ...' if len(missing) > 8 else ''}")
     if extra:

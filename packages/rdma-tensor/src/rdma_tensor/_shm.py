@@ -7,8 +7,9 @@ after SIGKILL: the kernel frees the memory once the last descriptor and mapping 
 
 Reader side: `open("/proc/<pid>/fd/<fd>")` yields the same file; we map it read-only with
 MAP_POPULATE and cache the mapping, so repeated reads pay neither `mmap` nor page faults.
-The same descriptor carries `flock` leases that staging slots use (see `staging.py`); the
-kernel drops a lease when its holder dies.
+The same descriptor carries the short `flock` leases of copying readers (see `staging.py`);
+a mapping reader's lease gets a descriptor of its own, owned by its views (`lease`, see
+`_lease`). The kernel drops a lease when its holder dies.
 """
 
 from __future__ import annotations
