@@ -22,6 +22,7 @@ from transformers import (
 )
 from transformers.utils import logging as hf_logging
 
+from async_grpo.checkpoints import missing_message
 from async_grpo.tokenizer import build_tokenizer, save_tokenizer
 
 # Per-file progress bars from every process would drown the training log.
@@ -130,9 +131,5 @@ def load_policy(path: str, dtype: torch.dtype = torch.float32) -> PreTrainedMode
 
 
 def checkpoint_missing_error(path: str) -> str:
-    """The message for a model path that does not exist."""
-    return (
-        f"model checkpoint not found: {path!r}. Give a local directory with --model PATH, "
-        "use --model.random_weights true to build the architecture with random weights, "
-        "or run the CPU-sized preset with --preset tiny."
-    )
+    """The message for a model path that does not exist (see `checkpoints.missing_message`)."""
+    return missing_message(path)

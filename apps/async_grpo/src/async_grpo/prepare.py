@@ -7,8 +7,9 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from async_grpo.checkpoints import CheckpointNotFound, locate_checkpoint
 from async_grpo.config import ConfigError, RunConfig, validate
-from async_grpo.model import checkpoint_missing_error, write_random_checkpoint
+from async_grpo.model import write_random_checkpoint
 from async_grpo.presets import ARCHS
 from async_grpo.rewards import parse_weights
 from async_grpo.tasks import Sample, corpus_for, load_hf_dataset, load_jsonl
@@ -37,18 +38,10 @@ def resolve_model(cfg: RunConfig, samples: list[Sample] | None, out_dir: Path) -
     """The checkpoint to load: `model.path`, or a random one of `model.arch` written now."""
     m = cfg.model
     if m.path and not m.random_weights:
-        local = Path(m.path)
-        if local.exists():
-            if not (local / "config.json").is_file():
-                raise ConfigError(checkpoint_missing_error(m.path) + " (no config.json there)")
-            return str(local)
-        try:  # a hub id: found in the local cache, or fetched if the network allows
-            from transformers import AutoConfig  # noqa: PLC0415
-
-            AutoConfig.from_pretrained(m.path)
-        except (OSError, ValueError):
-            raise ConfigError(checkpoint_missing_error(m.path)) from None
-        return m.path
+        try:
+            return locate_checkpoint(m.path)
+        except CheckpointNotFound as e:
+            raise ConfigError(str(e)) from None
     if m.arch not in ARCHS:
         raise ConfigError(f"model.arch: unknown architecture {m.arch!r}; known: {sorted(ARCHS)}")
     corpus = corpus_for(cfg.data.task, cfg.data.min_n, cfg.data.max_n, samples or ())
