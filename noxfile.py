@@ -1,10 +1,11 @@
 """Every check the project runs, as nox sessions. `uv run nox` runs the default set.
 
-Per-member sessions (`tests`, `typecheck`, `bench`) install ONLY that member, its declared
-dependencies (exact versions from `uv.lock`) and the test tools into a virtual environment of
-its own, so an import a member forgot to declare fails here instead of on a user's machine.
-`tests` and `typecheck` of the same member share that environment: building it (torch is
-large) is the slowest part of a cold run, and both sessions need exactly the same contents.
+Per-member sessions install ONLY that member, its declared dependencies (exact versions from
+`uv.lock`) and the test tools into a virtual environment of their own, so an import a member
+forgot to declare fails here instead of on a user's machine. `tests` installs the member the
+way users get it, as a freshly built wheel (plus the wheels of the siblings it declares), so
+every member's wheel passes its own tests outside the workspace; `typecheck` checks the
+sources, installed editable.
 
     uv run nox                                   # the default set, as CI runs it
     uv run nox -s "tests(package='replay-buffer')"
@@ -37,7 +38,7 @@ MEMBERS = {
     "async-grpo": "apps/async_grpo",
 }
 
-nox.options.sessions = ["lint", "typecheck", "tests", "integration", "wheels", "examples"]
+nox.options.sessions = ["lint", "typecheck", "tests", "integration", "examples"]
 nox.options.default_venv_backend = "none"
 nox.options.error_on_external_run = False
 
@@ -72,7 +73,34 @@ def _env(session: nox.Session, name: str, *export_args: str) -> Path:
 
 
 def _member_env(session: nox.Session, package: str) -> Path:
+    """The member's sources installed editable, with its pinned dependencies."""
     return _env(session, package, "--package", package, "--no-dev")
+
+
+def _wheel_env(session: nox.Session, package: str) -> Path:
+    """The member and the siblings it declares installed from freshly built wheels."""
+    bin_dir = _env(
+        session, f"wheel-{package}", "--package", package, "--no-dev", "--no-emit-workspace"
+    )
+    # Workspace members appear as editable lines in the member's export.
+    dirs = [
+        line.split("/")[-1]
+        for line in _export("--package", package, "--no-dev").splitlines()
+        if line.startswith("-e ")
+    ]
+    siblings = [name for name, path in MEMBERS.items() if Path(path).name in dirs]
+    dist = Path(session.create_tmp()).resolve() / "wheels"
+    shutil.rmtree(dist, ignore_errors=True)
+    for name in siblings:
+        session.run(UV, "build", "--package", name, "--wheel", "--quiet", "-o", str(dist))
+    session.run(
+        UV, "pip", "install", "--quiet", "--reinstall", "--no-deps",
+        "--python", str(bin_dir / "python"), *map(str, sorted(dist.glob("*.whl"))),
+    )  # fmt: skip
+    module = package.replace("-", "_")
+    check = f"import {module}; assert 'site-packages' in {module}.__file__, {module}.__file__"
+    _run(session, bin_dir, "python", "-c", check)
+    return bin_dir
 
 
 def _run(session: nox.Session, bin_dir: Path, tool: str, *args: str) -> None:
@@ -102,8 +130,8 @@ def typecheck(session: nox.Session, package: str) -> None:
 @nox.session
 @nox.parametrize("package", list(MEMBERS))
 def tests(session: nox.Session, package: str) -> None:
-    """One member's tests, with only that member and its declared dependencies installed."""
-    bin_dir = _member_env(session, package)
+    """One member's tests against its built wheel, with only its declared dependencies."""
+    bin_dir = _wheel_env(session, package)
     _run(session, bin_dir, "pytest", f"{MEMBERS[package]}/tests", *session.posargs)
 
 
@@ -113,42 +141,6 @@ def integration(session: nox.Session) -> None:
     bin_dir = _env(session, "workspace", "--no-dev", "--no-emit-project", "--all-packages")
     _run(session, bin_dir, "mypy", "--config-file", "pyproject.toml", "tests", "noxfile.py")
     _run(session, bin_dir, "pytest", "tests", *session.posargs)
-
-
-# Members whose full test suite also runs against their built wheel (the others get an
-# import check): proves a wheel carries everything its tests need, outside the workspace.
-WHEEL_TESTED = {"replay-buffer"}
-
-
-@nox.session
-def wheels(session: nox.Session) -> None:
-    """Builds a wheel per member, installs each alone (plus the sibling wheels it declares)
-    into a fresh environment with its pinned dependencies, and checks it there."""
-    dist = ROOT / ".nox" / "_wheels"
-    shutil.rmtree(dist, ignore_errors=True)
-    session.run(UV, "build", "--all-packages", "--wheel", "--quiet", "-o", str(dist))
-    for package, path in MEMBERS.items():
-        # Workspace members this one depends on appear as editable lines in the export.
-        export = _export("--package", package, "--no-dev")
-        members = [line.split("/")[-1] for line in export.splitlines() if line.startswith("-e ")]
-        names = [n for n, p in MEMBERS.items() if p.split("/")[-1] in members]
-        wheels = [str(next(dist.glob(f"{n.replace('-', '_')}-*.whl"))) for n in names]
-        env = _env(
-            session, f"wheel-{package}", "--package", package, "--no-dev", "--no-emit-workspace"
-        )
-        session.run(
-            UV, "pip", "install", "--quiet", "--reinstall", "--no-deps",
-            "--python", str(env / "python"), *wheels,
-        )  # fmt: skip
-        module = package.replace("-", "_")
-        check = f"import {module}; assert 'site-packages' in {module}.__file__, {module}.__file__"
-        _run(session, env, "python", "-c", check)
-        if package in WHEEL_TESTED:
-            # Run from a scratch directory so `src/` can never shadow the installed wheel.
-            tmp = Path(session.create_tmp()).resolve()
-            with session.chdir(tmp):
-                _run(session, env, "pytest", "-c", str(ROOT / "pyproject.toml"),
-                     "--rootdir", str(tmp), str(ROOT / path / "tests"))  # fmt: skip
 
 
 # Arguments that keep an example CI-sized; every other example runs as a reader would run it.
