@@ -4,6 +4,7 @@ does, and what map mode cannot do it refuses up front, or copies in "auto" mode.
 
 from __future__ import annotations
 
+import pytest
 import torch
 from monarch.actor import ProcMesh
 from rdma_tensor import Manifest, PublisherConfig, Transport
@@ -135,3 +136,18 @@ async def test_mapped_weights_stay_usable_after_the_publisher_closes(procs: Proc
     await generator.unmap.call_one()
     assert await generator.holds.call_one(1)
     assert await generator.mapped_bytes.call_one(manifest) == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+async def test_auto_mode_copies_into_a_cuda_module(procs: ProcMesh) -> None:
+    trainer = procs.slice(procs=0).spawn("trainer_map_cuda", Trainer)
+    generator = procs.slice(procs=1).spawn(
+        "generator_auto_cuda", Generator, module=True, device="cuda"
+    )
+    manifest = await trainer.publish.call_one(2)
+    outcome = await generator.try_pull.call_one(manifest)
+    assert outcome.result is not None, outcome.message
+    assert not outcome.result.mapped
+    assert await generator.holds.call_one(2)
+    await trainer.close_publisher.call_one()
