@@ -88,6 +88,7 @@ async def test_mapped_weights_outlive_a_killed_publisher(procs: ProcMesh) -> Non
         os.kill(pid, signal.SIGKILL)
         outcome = await pending
         waited = time.monotonic() - killed_at
+        print(f"pull failed {waited:.3f}s after the kill (shm, mapped)")
         assert outcome.error == "PublisherDiedError", outcome
         assert f"pid {pid}" in outcome.message
         assert waited < 10.0, f"noticed the dead publisher only after {waited:.1f}s"

@@ -5,7 +5,11 @@ test_weight_sync.py.)"""
 from __future__ import annotations
 
 import gc
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,6 +17,7 @@ from rdma_tensor import (
     MismatchError,
     Publisher,
     PublisherConfig,
+    SlotsBusyError,
     StaleVersionError,
     Subscriber,
     TensorEntry,
@@ -88,6 +93,53 @@ async def test_unmap_copies_into_own_memory_and_releases_the_lease(publisher: Pu
     assert matches(model.state_dict(), 1)
     with torch.no_grad():  # the weights are the generator's own again: writable
         next(model.parameters()).add_(1.0)
+
+
+async def test_a_kept_reference_to_an_old_weight_keeps_its_slot_pinned() -> None:
+    """The lease lives as long as any view of the version does, not as long as the
+    subscriber says: a tensor kept from version 1 stays version 1, and its slot stays out of
+    the publisher's reach until it is dropped."""
+    publisher = Publisher(PublisherConfig(slots=2, busy_timeout_s=0.05))
+    model = make_module()
+    subscriber = Subscriber(model)
+    await subscriber.pull(publisher.publish(version_state(1), 1))
+    kept = model.get_parameter("embed").detach()  # shares version 1's memory
+    await subscriber.pull(publisher.publish(version_state(2), 2))
+    assert matches(model.state_dict(), 2)
+    with pytest.raises(SlotsBusyError):  # slot of v1: kept; slot of v2: the model
+        publisher.publish(version_state(3), 3)
+    assert torch.equal(kept, version_state(1)["embed"])
+    del kept
+    gc.collect()
+    assert publisher.publish(version_state(3), 3).version == 3
+    assert matches(model.state_dict(), 2)
+    publisher.close()
+
+
+def test_writing_to_mapped_weights_kills_the_process(tmp_path: Path) -> None:
+    """The documented sharp edge: mapped weights are read-only memory (SIGSEGV on write)."""
+    script = tmp_path / "write.py"
+    script.write_text(WRITE_TO_MAPPED)
+    run = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert "mapped: True" in run.stdout, run.stdout + run.stderr[-2000:]
+    assert "survived" not in run.stdout
+    assert run.returncode == -signal.SIGSEGV, run.returncode
+
+
+WRITE_TO_MAPPED = """
+import asyncio, torch
+from rdma_tensor import Publisher, Subscriber
+async def main():
+    source, model, publisher = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4), Publisher()
+    result = await Subscriber(model).pull(publisher.publish(source.state_dict(), 1))
+    print("mapped:", result.mapped, flush=True)
+    with torch.no_grad():
+        model.weight.add_(1.0)
+    print("survived", flush=True)
+asyncio.run(main())
+"""
 
 
 def test_a_failed_swap_puts_every_tensor_back() -> None:
