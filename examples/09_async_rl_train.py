@@ -320,8 +320,9 @@ async def run(steps: int, seed: int, checkpoint: Path) -> None:
     if MAX_POLICY_AGE > 0:  # 0 turns the overlap off: see docs/05_async_rl.md
         expect(ages[1] > 0, "some were 1 version old: generation ran while the trainer trained")
     expect(
-        all(h == sorted(set(h)) for h in held) and max(versions) >= steps - 1 - MAX_POLICY_AGE,
-        f"the generators' versions only moved forward, up to v{max(versions)}",
+        all(h == sorted(set(h)) for h in held)
+        and max(versions, default=0) >= steps - 1 - MAX_POLICY_AGE,
+        f"the generators' versions only moved forward, up to v{max(versions, default=0)}",
     )
     expect(
         all(published[v] == f for pulls in pulled for v, f in pulls),
