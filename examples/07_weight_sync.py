@@ -10,31 +10,39 @@ What it teaches
       2. the trainer posts the manifest on a notice board (an actor message of a few hundred
          bytes per tensor, however large the tensors; sent with `broadcast`, so the trainer
          does not wait for it) and starts its next step at once;
-      3. the generator, between two batches, asks the board for the newest manifest and
-         calls `pull(manifest, into=model.state_dict())`: it copies the newest complete
-         version out of the trainer's staging memory into its own weights, in place, all or
-         nothing. The trainer's process takes no part in that copy.
+      3. the generator keeps a `Subscriber(model)`, and between two batches asks the board
+         for the newest manifest and calls `await subscriber.pull(manifest)`: it applies the
+         newest complete version, all or nothing. Here (same machine, CPU model, same
+         dtypes) it *maps* it: the model's parameters are re-pointed to read-only views of
+         the trainer's staging slot, and nothing is copied. Elsewhere (another machine, a
+         GPU model, a dtype cast, `--mode copy`) it copies the bytes into the model's own
+         tensors instead. The trainer's process takes no part in either.
 
-    The manifest is the control plane; the pulled bytes are the data plane. Two staging
-    slots (the default) let the trainer stage version k+1 while a reader copies version k,
-    so neither waits for the other, and no reader ever sees half of one version and half
-    of the next.
+    The manifest is the control plane; the pulled bytes are the data plane. A mapped
+    generator runs on the staging slot of the version it holds, and its views keep that slot
+    leased: the trainer writes its new versions into the other slot (two by default: one
+    for each mapping generator, plus one), so neither waits for the other, and no reader
+    ever sees half of one version and half of the next.
 
 What to look at
     The timeline: trainer steps one after another, with pulls starting and ending in the
     middle of them; the versions the generator holds (it skips versions when it is slower
     than the trainer: it always takes the newest). Then the trainer's cost per version (the
-    staging copy) against a training step, and the check that every version the generator
-    pulled is bit-identical to what the trainer published.
+    staging copy) against a training step, whether each pull mapped or copied, and the
+    checks: every version the generator pulled is bit-identical to what the trainer
+    published, and the weights it sampled with did not change under it between two pulls,
+    although they were the trainer's staging memory. Last, the trainer closes its publisher:
+    the mapped weights stay valid, and the next pull fails with a clear error.
 
     On one machine the bytes move through shared memory: the generator maps the trainer's
     staging memory and copies from it. `--transport rdma` forces Monarch's `RDMABuffer`
     instead, the path used between machines; without RDMA NICs Monarch runs it over TCP
-    (and warns `RDMATcpFallbackWarning`), so expect slower pulls; the trainer still never
-    waits for them.
+    (and warns `RDMATcpFallbackWarning`), so expect slower pulls, which copy: RDMA cannot
+    map; the trainer still never waits for them. `--mode copy` copies over shared memory.
 
 Run
     uv run python examples/07_weight_sync.py
+    uv run python examples/07_weight_sync.py --mode copy
     uv run python examples/07_weight_sync.py --transport rdma
 """
 
@@ -52,7 +60,15 @@ from itertools import pairwise
 
 import torch
 from monarch.actor import Actor, endpoint, this_host, this_proc
-from rdma_tensor import Manifest, Publisher, PublisherConfig, Transport, pull
+from rdma_tensor import (
+    Manifest,
+    Publisher,
+    PublisherConfig,
+    RdmaTensorError,
+    Subscriber,
+    SyncMode,
+    Transport,
+)
 from torch import nn
 
 WIDTH, LAYERS = 768, 4  # 4 x 768 x 768 float32 weights (+ biases): about 9.5 MB
@@ -97,7 +113,13 @@ class Step:
 
 @dataclass(frozen=True)
 class Pull:
-    """One pull by the generator: when, what it held before, what it holds after."""
+    """One pull by the generator: when, what it held before, what it holds after.
+
+    `mapped`: the model now runs on views of the staging slot (False: the bytes were copied
+    into its own tensors; `nbytes` were mapped or copied). `held_fingerprint`: the weights
+    just before this pull, i.e. what the generator sampled with since the previous one;
+    `fingerprint`: the weights just after it.
+    """
 
     start: float
     end: float
@@ -105,8 +127,25 @@ class Pull:
     version: int
     nbytes: int
     transport: str
+    mapped: bool
     retries: int
+    held_fingerprint: str
     fingerprint: str
+
+
+@dataclass(frozen=True)
+class AfterClose:
+    """The generator once the trainer closed its publisher.
+
+    `mapped`: its weights were still views of the closed publisher's staging memory;
+    `fingerprint`: those weights; `pull_error`: the error a further pull raised ("" if none);
+    `unmapped_fingerprint`: the weights after `unmap()` moved them into its own memory.
+    """
+
+    mapped: bool
+    fingerprint: str
+    pull_error: str
+    unmapped_fingerprint: str
 
 
 @dataclass(frozen=True)
@@ -144,6 +183,8 @@ class Trainer(Actor):
         g = torch.Generator().manual_seed(1)
         self.x = torch.randn(BATCH, WIDTH, generator=g)
         self.y = torch.randn(BATCH, WIDTH, generator=g)
+        # Two slots (the default): a mapping generator pins the one it runs on, the trainer
+        # writes the other. With M mapping generators, use slots=M + 1.
         self.publisher = Publisher(PublisherConfig(transport=transport))
         self.history: dict[int, dict[str, torch.Tensor]] = {}
 
@@ -178,47 +219,70 @@ class Trainer(Actor):
 
 
 class Generator(Actor):
-    """Samples in a loop; between batches, pulls the newest version if there is one."""
+    """Samples in a loop; between batches, pulls the newest version if there is one.
 
-    def __init__(self) -> None:
+    It only runs forward passes, so its weights may be mapped: a mapped weight is read-only,
+    and writing to it (an optimizer step, `load_state_dict`, any in-place op) would kill this
+    process with SIGSEGV. A generator that modifies its weights uses `mode="copy"`, or calls
+    `self.weights.unmap()` first.
+    """
+
+    def __init__(self, mode: SyncMode) -> None:
         torch.set_num_threads(1)
         self.model = make_model(seed=99)  # different weights until the first pull
+        self.weights = Subscriber(self.model, mode=mode)  # knows the version the model holds
         self.prompts = torch.randn(BATCH, WIDTH, generator=torch.Generator().manual_seed(2))
-        self.version = 0
 
     @endpoint
     async def held(self) -> int:
         """The version this generator's weights hold (0: its own random init)."""
-        return self.version
+        return self.weights.version or 0
 
     @endpoint
     async def run(self, board: Board, last_version: int) -> tuple[list[Pull], list[Batch]]:
         pulls, batches = [], []
-        while self.version < last_version:
+        version = 0
+        while version < last_version:
             manifest = await board.newest.call_one()  # small, whatever the tensors' sizes
-            if manifest is not None and manifest.version > self.version:
+            if manifest is not None and manifest.version > version:
+                # Not part of weight sync: what it sampled with, to check it never changed.
+                held = fingerprint(self.model.state_dict())
                 start = time.monotonic()
-                got = await pull(manifest, into=self.model.state_dict())
+                got = await self.weights.pull(manifest)
                 end = time.monotonic()
                 pulls.append(
                     Pull(
                         start,
                         end,
-                        self.version,
+                        version,
                         got.version,  # the newest complete version, maybe newer than asked
                         got.nbytes,
                         got.transport.value,
+                        got.mapped,
                         got.retries,
+                        held,
                         fingerprint(self.model.state_dict()),
                     )
                 )
-                self.version = got.version
+                version = got.version
             start = time.monotonic()
             with torch.no_grad():  # "sampling": forward passes with the weights it holds
                 for _ in range(6):
                     self.model(self.prompts)
-            batches.append(Batch(start, time.monotonic(), self.version))
+            batches.append(Batch(start, time.monotonic(), version))
         return pulls, batches
+
+    @endpoint
+    async def after_close(self, manifest: Manifest) -> AfterClose:
+        """Once the publisher is closed: are the weights intact, what does a pull say?"""
+        mapped, held = self.weights.mapped, fingerprint(self.model.state_dict())
+        error = ""
+        try:
+            await self.weights.pull(manifest, timeout=10.0)
+        except RdmaTensorError as e:
+            error = type(e).__name__
+        self.weights.unmap()  # lets the closed publisher's memory go; same values
+        return AfterClose(mapped, held, error, fingerprint(self.model.state_dict()))
 
 
 def expect(ok: bool, what: str) -> None:
@@ -255,7 +319,7 @@ def lanes(steps: list[Step], pulls: list[Pull], batches: list[Batch], t0: float)
     print("  trainer   |" + "".join(trainer) + "|")
     print("  generator |" + "".join(generator) + "|")
     print("  T train   c publish: copy into staging, post the manifest (+ the demo's own copy)")
-    print("  g sample  P pull     (a mark fills its character even when the event is shorter)")
+    print("  g sample  P pull: map or copy (a mark fills its character even when shorter)")
 
 
 def timeline(steps: list[Step], pulls: list[Pull], batches: list[Batch], t0: float) -> None:
@@ -266,7 +330,10 @@ def timeline(steps: list[Step], pulls: list[Pull], batches: list[Batch], t0: flo
         events.append((s.trained, staged, ""))
     for p in pulls:
         events.append((p.start, "", f"pull starts (holds v{p.before})"))
-        done = f"pull done: holds v{p.version} ({p.nbytes / 1e6:.1f} MB, {ms(p.end - p.start)})"
+        how = "mapped" if p.mapped else "copied"
+        done = (
+            f"pull done: holds v{p.version}, {how} ({p.nbytes / 1e6:.1f} MB, {ms(p.end - p.start)})"
+        )
         events.append((p.end, "", done))
     first_batch = {b.version: b for b in reversed(batches)}
     for version, b in first_batch.items():
@@ -289,7 +356,9 @@ def summary(steps: list[Step], pulls: list[Pull], manifest: Manifest) -> None:
         f"{ms(slowest.staged - slowest.trained)} ({ms(slowest.publish_cpu)} on the CPU); the "
         f"first, which also allocates the staging slots: {ms(steps[0].staged - steps[0].trained)}"
     )
-    print(f"generator, {len(pulls)} pulls over {pulls[0].transport}: ", end="")
+    mapped = sum(p.mapped for p in pulls)
+    print(f"generator, {len(pulls)} pulls over {pulls[0].transport}, ", end="")
+    print(f"{mapped} mapped and {len(pulls) - mapped} copied: ", end="")
     print(f"{ms(statistics.median(p.end - p.start for p in pulls))} median")
     print("versions the generator held: " + " -> ".join(f"v{p.version}" for p in pulls))
     inside = [p for p in pulls if any(s.start < p.start and p.end < s.end for s in steps)]
@@ -305,17 +374,26 @@ async def main() -> None:
     parser.add_argument(
         "--transport", choices=["auto", "shm", "rdma"], default="auto", help="default: auto"
     )
+    parser.add_argument(
+        "--mode",
+        choices=["auto", "map", "copy"],
+        default="auto",
+        help="the generator's Subscriber mode (default auto: map when it can, else copy)",
+    )
     args = parser.parse_args()
     if args.steps < 4:
         parser.error("--steps must be at least 4")
+    if args.mode == "map" and args.transport == "rdma":
+        parser.error("--mode map needs shared memory: RDMA reads can only be copied")
     transport = None if args.transport == "auto" else Transport(args.transport)
+    mode: SyncMode = args.mode
 
     trainer_procs = this_host().spawn_procs(per_host={"procs": 1}, name="trainer")
     generator_procs = this_host().spawn_procs(per_host={"procs": 1}, name="generator")
     try:
         board = this_proc().spawn("board", Board)
         trainer = trainer_procs.spawn("trainer", Trainer, transport)
-        generator = generator_procs.spawn("generator", Generator)
+        generator = generator_procs.spawn("generator", Generator, mode)
         # Wait until all three actors answer, so that both loops start together.
         await asyncio.gather(
             trainer.fingerprints.call_one(), generator.held.call_one(), board.newest.call_one()
@@ -328,7 +406,9 @@ async def main() -> None:
         )
         published = await trainer.fingerprints.call_one()
         manifest = await board.newest.call_one()
+        assert manifest is not None
         await trainer.close.call_one()
+        after = await generator.after_close.call_one(manifest)
     finally:
         await generator_procs.stop()
         await trainer_procs.stop()
@@ -337,7 +417,6 @@ async def main() -> None:
     lanes(steps, pulls, batches, t0)
     timeline(steps, pulls, batches, t0)
 
-    assert manifest is not None
     summary(steps, pulls, manifest)
 
     last = steps[-1].end
@@ -358,6 +437,32 @@ async def main() -> None:
     )
     expect(
         pulls[-1].version == args.steps, f"the generator ended on the last version, v{args.steps}"
+    )
+    # auto maps wherever it can: the same machine (shared memory) and a CPU float32 model.
+    maps = mode == "map" or (mode == "auto" and pulls[0].transport == Transport.SHM.value)
+    expect(
+        all(p.mapped == maps for p in pulls),
+        f"every pull {'mapped the staging slot' if maps else 'copied'} (mode {mode}, "
+        f"transport {pulls[0].transport})",
+    )
+    expect(
+        all(b.held_fingerprint == a.fingerprint for a, b in pairwise(pulls)),
+        "the weights the generator sampled with never changed between two of its pulls, "
+        f"while the trainer staged {len(steps)} versions",
+    )
+    where = "on the closed publisher's memory, still mapped" if maps else "in its own memory"
+    expect(
+        after.mapped == maps and after.fingerprint == published[args.steps],
+        f"after the trainer closed its publisher the generator still held v{args.steps} "
+        f"bit for bit ({where})",
+    )
+    expect(
+        after.pull_error == "PublisherClosedError",
+        f"a pull after the close failed with {after.pull_error or 'no error'}",
+    )
+    expect(
+        after.unmapped_fingerprint == published[args.steps],
+        "unmap() moved the weights into the generator's own memory unchanged",
     )
 
 
