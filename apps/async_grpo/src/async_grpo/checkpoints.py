@@ -12,13 +12,14 @@ short timeout and no retries.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from huggingface_hub import get_hf_file_metadata, hf_hub_url, try_to_load_from_cache
-from huggingface_hub.errors import HFValidationError
-from huggingface_hub.utils import validate_repo_id
 
 HUB_TIMEOUT_S = 5.0
+# "name" or "owner/name" (the hub's rule): anything else is a filesystem path.
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
 
 
 class CheckpointNotFound(ValueError):
@@ -52,10 +53,8 @@ def locate_checkpoint(path: str, timeout_s: float = HUB_TIMEOUT_S) -> str:
         if not (local / "config.json").is_file():
             raise CheckpointNotFound(missing_message(path, "no config.json there"))
         return str(local)
-    try:
-        validate_repo_id(path)
-    except HFValidationError:
-        raise CheckpointNotFound(missing_message(path, "no such directory")) from None
+    if not _HUB_ID.fullmatch(path) or ".." in path:
+        raise CheckpointNotFound(missing_message(path, "no such directory"))
     if isinstance(try_to_load_from_cache(path, "config.json"), str):
         return path
     if _offline():

@@ -38,7 +38,8 @@ SHORT = {"model": "model.path"}
 @dataclasses.dataclass(frozen=True)
 class Summary:
     """The end of a run: the windowed reward at the first full window and at the end, the
-    first step whose window reached 0.9 (None if never), and throughput."""
+    first step whose window reached 0.9 (None if never), the evaluations (the last one is
+    of the final weights; None when evaluation is off), and throughput."""
 
     mode: str
     steps: int
@@ -48,6 +49,10 @@ class Summary:
     exact_end: float
     reached_09_step: int | None
     reached_09_s: float | None
+    eval_start: float | None
+    eval_end: float | None
+    eval_per_prompt: tuple[tuple[str, float], ...]
+    eval_reached_09_step: int | None
     episodes_per_s: float
     trainer_idle_frac: float
 
@@ -96,6 +101,7 @@ class Reporter:
         self.rows: list[StepRow] = []
         self.start_reward: float | None = None
         self.reached: tuple[int, float] | None = None
+        self.shown_eval: int | None = None
 
     def on_step(self, row: StepRow, result: TrainResult) -> None:
         del result
@@ -112,13 +118,20 @@ class Reporter:
 
     def report(self, row: StepRow) -> None:
         w = tqdm.write
+        ev = self.metrics.last_eval
+        evals = f"eval(v{ev.version}) {ev.reward:.3f}" if ev else "eval -"
         w(
             f"step {row.step:4d} | v{row.version} | reward({self.cfg.window}) "
-            f"{row.reward_window:.3f} exact {row.exact_window:.2f} | {row.episodes_per_s:.0f} ep/s "
-            f"{row.tokens_per_s:.0f} tok/s | trainer idle {row.trainer_idle_frac:.0%} | "
-            f"sync {row.weight_sync_s * 1e3:.0f} ms | stale {row.staleness_mean:.2f} | "
-            f"loss {row.loss:+.3f} | {row.wall_s:.0f}s"
+            f"{row.reward_window:.3f} exact {row.exact_window:.2f} | {evals} | "
+            f"{row.episodes_per_s:.0f} ep/s {row.tokens_per_s:.0f} tok/s | "
+            f"trainer idle {row.trainer_idle_frac:.0%} | sync {row.weight_sync_s * 1e3:.0f} ms | "
+            f"stale {row.staleness_mean:.2f} | loss {row.loss:+.3f} | "
+            f"uniform groups {row.uniform_groups:.0%} | logp {row.behaviour_logprob:.2f} | "
+            f"{row.wall_s:.0f}s"
         )
+        if ev is not None and ev.version != self.shown_eval:
+            self.shown_eval = ev.version
+            w(f"    eval per prompt: {per_prompt(ev.per_prompt)}")
         for t in self.metrics.examples(3):
             w(
                 f"    {t.prompt!r} -> {t.response!r}  reward {t.reward:.2f} "
@@ -127,6 +140,7 @@ class Reporter:
 
     def summary(self, wall_s: float) -> Summary:
         metrics = self.metrics
+        evals = metrics.evals
         self.bar.close()
         last = self.rows[-1] if self.rows else None
         return Summary(
@@ -138,6 +152,10 @@ class Reporter:
             exact_end=sum(metrics.exact) / max(1, len(metrics.exact)),
             reached_09_step=self.reached[0] if self.reached else None,
             reached_09_s=self.reached[1] if self.reached else None,
+            eval_start=evals[0].reward if evals else None,
+            eval_end=evals[-1].reward if evals else None,
+            eval_per_prompt=evals[-1].per_prompt if evals else (),
+            eval_reached_09_step=next((e.step for e in evals if e.reward >= 0.9), None),
             episodes_per_s=last.episodes_per_s if last else 0.0,
             trainer_idle_frac=last.trainer_idle_frac if last else 1.0,
         )
@@ -156,15 +174,28 @@ async def run(cfg: RunConfig, prep: Prepared, quiet: bool = False) -> Summary:
     return reporter.summary(time.perf_counter() - start)
 
 
-def print_summary(s: Summary, metrics_path: str) -> None:
+def per_prompt(scores: tuple[tuple[str, float], ...]) -> str:
+    return "  ".join(f"{prompt.removesuffix(':')[-24:]} {r:.2f}" for prompt, r in scores)
+
+
+def print_summary(s: Summary, window: int, metrics_path: str) -> None:
     reached = (
         f"step {s.reached_09_step} ({s.reached_09_s:.0f}s)" if s.reached_09_step else "not reached"
     )
+    evals = ""
+    if s.eval_end is not None:
+        first = f"step {s.eval_reached_09_step}" if s.eval_reached_09_step else "not reached"
+        evals = (
+            f"eval (every prompt of the eval set): start {s.eval_start:.3f} -> final weights "
+            f"{s.eval_end:.3f}; >= 0.9 first at {first}\n"
+            f"    final eval per prompt: {per_prompt(s.eval_per_prompt)}\n"
+        )
     print(
         f"\n== summary ({s.mode}) ==\n"
-        f"reward (64-episode window): start {s.reward_start:.3f} -> end {s.reward_end:.3f} "
+        f"reward ({window}-episode window): start {s.reward_start:.3f} -> end {s.reward_end:.3f} "
         f"(exact match {s.exact_end:.2f})\n"
         f"reward >= 0.9: {reached}\n"
+        f"{evals}"
         f"steps {s.steps}, wall {s.wall_s:.0f}s, {s.episodes_per_s:.0f} trained episodes/s, "
         f"trainer idle {s.trainer_idle_frac:.0%}\n"
         f"metrics: {metrics_path}"
@@ -193,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\nasync-grpo: interrupted; every process was stopped.", file=sys.stderr)
         return 130
-    print_summary(summary, f"{cfg.out_dir}/metrics.jsonl")
+    print_summary(summary, cfg.window, f"{cfg.out_dir}/metrics.jsonl")
     return 0
 
 

@@ -79,9 +79,16 @@ class TrainerConfig:
     """GRPO trainer: AdamW on the token-level loss of `grpo.grpo_loss`.
 
     `batch_size` counts episodes (a multiple of the group size); `kl_coef > 0` spawns the
-    reference model."""
+    reference model. `lr_schedule="cosine"`: linear warm-up over `warmup_steps`, then a
+    cosine decay to `lr * min_lr_ratio` at the run's last step (`training.learning_rate`).
+    `procs > 1` shards the trainer FSDP-style over that many processes (every parameter a
+    `Shard(0)` DTensor; gloo on CPU, nccl on GPU) and sends weights to the generators through
+    `dtensor-reshard`; `procs == 1` is one process sending them through `rdma-tensor`."""
 
     lr: float = 1e-3
+    lr_schedule: Literal["constant", "cosine"] = "constant"
+    warmup_steps: int = 0
+    min_lr_ratio: float = 0.1
     weight_decay: float = 0.0
     grad_clip: float = 1.0
     batch_size: int = 64
@@ -90,6 +97,7 @@ class TrainerConfig:
     truncate_cap: float = 2.0
     kl_coef: float = 0.0
     scale_by_std: bool = True
+    procs: int = 1
 
 
 @dataclasses.dataclass
@@ -103,7 +111,11 @@ class BufferConfig:
 
 @dataclasses.dataclass
 class RunConfig:
-    """A whole run. `mode="sync"` is the async loop with `max_policy_age` forced to 0."""
+    """A whole run. `mode="sync"` is the async loop with `max_policy_age` forced to 0.
+
+    `window`: episodes in the running training reward. `eval_every`: train steps between
+    evaluations of the policy on a fixed prompt set (`tasks.eval_set`, at most
+    `eval_prompts` prompts; every N of the count task), plus one at the end; 0: none."""
 
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
     data: DataConfig = dataclasses.field(default_factory=DataConfig)
@@ -117,6 +129,8 @@ class RunConfig:
     rollout_loops: int = 2
     seed: int = 0
     window: int = 64
+    eval_every: int = 20
+    eval_prompts: int = 8
     log_every: int = 10
     out_dir: str = "runs/async-grpo"
     stop_at_reward: float = 0.0
@@ -184,6 +198,14 @@ def validate(cfg: RunConfig) -> None:
         (cfg.trainer.clip_eps > 0, "trainer.clip_eps must be > 0"),
         (cfg.trainer.truncate_cap >= 1, "trainer.truncate_cap must be >= 1"),
         (cfg.trainer.kl_coef >= 0, "trainer.kl_coef must be >= 0"),
+        (cfg.trainer.warmup_steps >= 0, "trainer.warmup_steps must be >= 0"),
+        (0 <= cfg.trainer.min_lr_ratio <= 1, "trainer.min_lr_ratio must be in [0, 1]"),
+        (cfg.trainer.procs >= 1, "trainer.procs must be >= 1"),
+        (
+            cfg.trainer.batch_size // max(1, cfg.sampling.group_size) >= cfg.trainer.procs,
+            "trainer.procs must be <= the groups per batch (batch_size / group_size): "
+            "every trainer rank trains on at least one whole group",
+        ),
         (
             cfg.trainer.batch_size >= cfg.sampling.group_size
             and cfg.trainer.batch_size % cfg.sampling.group_size == 0,
@@ -197,6 +219,8 @@ def validate(cfg: RunConfig) -> None:
         (cfg.rollout_loops >= 1, "rollout_loops must be >= 1"),
         (cfg.steps >= 1, "steps must be >= 1"),
         (cfg.window >= 1, "window must be >= 1"),
+        (cfg.eval_every >= 0, "eval_every must be >= 0 (0 turns evaluation off)"),
+        (cfg.eval_prompts >= 1, "eval_prompts must be >= 1"),
         (1 <= cfg.data.min_n <= cfg.data.max_n, "data.min_n must be in [1, data.max_n]"),
         (cfg.max_minutes > 0, "max_minutes must be > 0"),
     ]

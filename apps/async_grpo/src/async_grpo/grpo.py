@@ -88,6 +88,7 @@ def grpo_loss(
     cfg: LossConfig,
     *,
     ref_logprobs: Tensor | None = None,
+    token_count: float | None = None,
 ) -> tuple[Tensor, LossStats]:
     """Token-level GRPO loss: the mean over every real response token in the batch.
 
@@ -95,12 +96,16 @@ def grpo_loss(
     the generator's sampling distribution gave the same tokens; `advantages` [B] is broadcast
     over each sequence's tokens; `ref_logprobs` [B, T] is needed when `cfg.kl_coef > 0`.
     Averaging over tokens (not per sequence first) weighs every token equally, so long
-    answers are not diluted.
+    answers are not diluted. `token_count` replaces the divisor `mask.sum()` (a data-parallel
+    rank holding part of a batch passes the whole batch's count, so the ranks' losses and
+    statistics add up to the whole batch's).
     """
     if cfg.kl_coef > 0 and ref_logprobs is None:
         raise ValueError("kl_coef > 0 needs ref_logprobs")
+    if token_count is not None and token_count < 1:
+        raise ValueError(f"token_count must be >= 1, got {token_count}")
     mask = mask.float()
-    n_tokens = mask.sum().clamp(min=1.0)
+    n_tokens = mask.sum().clamp(min=1.0) if token_count is None else torch.tensor(token_count)
     adv = advantages.float().unsqueeze(1).expand_as(logprobs)
     ratio = torch.exp(logprobs - behaviour_logprobs)
     if cfg.importance == "clip":

@@ -21,18 +21,21 @@ from typing import Any
 import torch
 from actor_service import Service, ServiceConfig, spawn_service
 from monarch.actor import ProcMesh, this_host
-from rdma_tensor import Manifest
 from replay_buffer import Episode, ReplayBufferActor, ReplayBufferConfig
 
 from async_grpo.actors.dataset import DatasetActor
 from async_grpo.actors.generator import Generator
 from async_grpo.actors.reference import ReferenceModel
 from async_grpo.actors.reward import RewardActor
-from async_grpo.actors.trainer import Trainer, TrainResult
+from async_grpo.actors.trainer import TrainResult
 from async_grpo.config import RunConfig
+from async_grpo.evaluation import Evaluator
 from async_grpo.grpo import group_advantages
-from async_grpo.metrics import MetricsSink, RunMetrics, StepRow, Trajectory
+from async_grpo.metrics import MetricsSink, RunMetrics, StepRow, Trajectory, batch_diagnostics
 from async_grpo.prepare import Prepared
+from async_grpo.tasks import Sample, eval_set
+from async_grpo.trainer_client import TrainerClient, spawn_trainer
+from async_grpo.weight_sync import WeightUpdate
 
 
 @dataclasses.dataclass
@@ -44,7 +47,7 @@ class Components:
     reward: Service[RewardActor]
     reference: Any | None
     buffer: Any
-    trainer: Any
+    trainer: TrainerClient
     procs: list[ProcMesh]
 
 
@@ -63,6 +66,11 @@ class Versions:
             self.trainer = trainer if trainer is not None else self.trainer
             self.generators = generators if generators is not None else self.generators
             self.changed.notify_all()
+
+    async def wait_generators(self, version: int) -> None:
+        """Returns once every generator runs `version` or newer."""
+        async with self.changed:
+            await self.changed.wait_for(lambda: self.generators >= version)
 
     async def wait_fresh(self, max_age: int) -> None:
         """Returns once generators are at most `max_age` versions behind the trainer."""
@@ -91,7 +99,7 @@ async def spawn_components(cfg: RunConfig, prep: Prepared) -> Components:
     )
     dataset = proc().spawn("dataset", DatasetActor, cfg.data, prep.samples, cfg.seed)
     buffer = proc().spawn("replay_buffer", ReplayBufferActor, buffer_cfg)
-    trainer = proc().spawn("trainer", Trainer, prep.model_path, cfg.trainer, cfg.sampling, cfg.seed)
+    trainer = await spawn_trainer(cfg, prep.model_path, procs)
     reference = None
     if cfg.trainer.kl_coef > 0:
         reference = proc().spawn("reference", ReferenceModel, prep.model_path, cfg.sampling)
@@ -177,19 +185,28 @@ async def rollout_loop(
         metrics.record_episodes(shown, tokens)
 
 
+async def sync_weights(c: Components, update: WeightUpdate) -> int:
+    """Every generator replica pulls `update` (or newer); returns the oldest version they run.
+    The trainer may then reuse the staging of that version and older ones."""
+    syncs = await c.generator.endpoint(Generator.update_weights).fanout(update)
+    version = min(s.version for s in syncs)
+    await c.trainer.synced(version)
+    return version
+
+
 async def weight_sync_loop(
-    c: Components, versions: Versions, latest: asyncio.Queue[Manifest], metrics: RunMetrics
+    c: Components, versions: Versions, latest: asyncio.Queue[WeightUpdate], metrics: RunMetrics
 ) -> None:
-    """Applies the newest manifest to every generator replica, one fanout at a time; versions
-    published meanwhile are folded into the next fanout (pull takes the newest anyway)."""
+    """Applies the newest weights to every generator replica, one fanout at a time; versions
+    published meanwhile are folded into the next fanout."""
     while True:
-        manifest = await latest.get()
+        update = await latest.get()
         while not latest.empty():
-            manifest = latest.get_nowait()
+            update = latest.get_nowait()
         start = time.perf_counter()
-        syncs = await c.generator.endpoint(Generator.update_weights).fanout(manifest)
+        version = await sync_weights(c, update)
         metrics.last_sync_s = time.perf_counter() - start
-        await versions.set(generators=min(s.version for s in syncs))
+        await versions.set(generators=version)
 
 
 StepCallback = Callable[[StepRow, TrainResult], None]
@@ -200,10 +217,13 @@ async def training_loop(
     cfg: RunConfig,
     versions: Versions,
     metrics: RunMetrics,
-    latest: asyncio.Queue[Manifest],
+    latest: asyncio.Queue[WeightUpdate],
     *,
+    evaluator: Evaluator,
     on_step: StepCallback,
-) -> None:
+) -> int:
+    """Trains until `cfg.steps` steps, `cfg.max_minutes` or `cfg.stop_at_reward`; returns
+    the last version."""
     deadline = time.perf_counter() + cfg.max_minutes * 60
     version = 0
     while version < cfg.steps and time.perf_counter() < deadline:
@@ -219,15 +239,19 @@ async def training_loop(
             pairs = [(e.prompt_ids.tolist(), e.response_ids.tolist()) for e in episodes]
             ref = await c.reference.logprobs.call_one(pairs)
         # One GRPO step; the trainer stages the new weights before it returns.
-        result: TrainResult = await c.trainer.train_step.call_one(episodes, ref)
+        result = await c.trainer.train_step(episodes, ref)
         version = result.version
         # New weights go to the generators in the background; rollouts may proceed.
-        latest.put_nowait(result.manifest)
+        latest.put_nowait(result.weights)
         await versions.set(trainer=version)
-        # Metrics.
+        # Metrics, and now and then an evaluation of the policy in the background.
+        if cfg.eval_every and version % cfg.eval_every == 0:
+            evaluator.request(version)
         metrics.record_step(len(episodes), result.train_s + result.publish_s)
         eps, tps, idle = metrics.rates()
         ages = [version - 1 - e.policy_version for e in episodes]
+        uniform, logprob = batch_diagnostics(episodes, cfg.sampling.group_size)
+        last_eval = metrics.last_eval
         on_step(
             StepRow(
                 step=version,
@@ -246,12 +270,18 @@ async def training_loop(
                 kl=result.stats.kl,
                 clip_frac=result.stats.clip_frac,
                 grad_norm=result.grad_norm,
+                lr=result.lr,
+                uniform_groups=uniform,
+                behaviour_logprob=logprob,
+                eval_reward=last_eval.reward if last_eval else None,
+                eval_version=last_eval.version if last_eval else None,
             ),
             result,
         )
         full = metrics.window_full()
         if cfg.stop_at_reward > 0 and full and metrics.reward_window() >= cfg.stop_at_reward:
-            return
+            break
+    return version
 
 
 async def train(
@@ -261,34 +291,54 @@ async def train(
     return, error or Ctrl-C."""
     c = await spawn_components(cfg, prep)
     versions = Versions()
-    latest: asyncio.Queue[Manifest] = asyncio.Queue()
-    tasks: list[asyncio.Task[None]] = []
+    latest: asyncio.Queue[WeightUpdate] = asyncio.Queue()
+    evaluator = Evaluator(c.generator, c.reward, eval_set_for(cfg, prep), metrics)
+    rollouts: list[asyncio.Task[None]] = []
+    sync: asyncio.Task[None] | None = None
     try:
         # Generators start from exactly the weights the trainer holds (version 0).
-        manifest = await c.trainer.publish_initial.call_one()
-        await c.generator.endpoint(Generator.update_weights).fanout(manifest)
+        await sync_weights(c, await c.trainer.publish_initial())
 
         def step(row: StepRow, result: TrainResult) -> None:
             sink.write(row)
             on_step(row, result)
 
         ids = itertools.count()
-        tasks = [
+        rollouts = [
             asyncio.create_task(rollout_loop(c, cfg, versions, metrics, ids))
             for _ in range(cfg.rollout_loops)
         ]
-        tasks.append(asyncio.create_task(weight_sync_loop(c, versions, latest, metrics)))
-        trainer_task = asyncio.create_task(
-            training_loop(c, cfg, versions, metrics, latest, on_step=step)
+        sync = asyncio.create_task(weight_sync_loop(c, versions, latest, metrics))
+        trainer = asyncio.create_task(
+            training_loop(c, cfg, versions, metrics, latest, evaluator=evaluator, on_step=step)
         )
         # The first task to finish is the trainer (done) or a rollout that failed.
-        done, _ = await asyncio.wait([trainer_task, *tasks], return_when=asyncio.FIRST_COMPLETED)
-        tasks.append(trainer_task)
+        done, _ = await asyncio.wait(
+            [trainer, sync, *rollouts], return_when=asyncio.FIRST_COMPLETED
+        )
         for t in done:
             t.result()  # re-raises a failure
+        last = trainer.result()
+        # Training is over: stop generating, let the generators take the final weights, and
+        # evaluate those once more.
+        versions.stop = True
+        await _cancel(rollouts)
+        if cfg.eval_every:
+            await versions.wait_generators(last)
+            await evaluator.final(last)
     finally:
         versions.stop = True
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        evaluator.cancel()
+        await _cancel([*rollouts, *([sync] if sync is not None else [])])
         await shutdown(c)
+
+
+async def _cancel(tasks: list[asyncio.Task[None]]) -> None:
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def eval_set_for(cfg: RunConfig, prep: Prepared) -> list[Sample]:
+    d = cfg.data
+    return eval_set(d.task, d.min_n, d.max_n, prep.samples or (), size=cfg.eval_prompts)

@@ -7,8 +7,11 @@ import collections
 import dataclasses
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from replay_buffer import Episode
 
 from async_grpo.rewards import exact_match
 
@@ -25,10 +28,30 @@ class Trajectory:
 
 
 @dataclasses.dataclass(frozen=True)
+class EvalResult:
+    """The policy's mean reward on the fixed eval prompts (`tasks.eval_set`): `group_size`
+    samples per prompt from the sampling distribution of weights `version`, each prompt
+    weighted the same. Requested after train step `step`; `per_prompt` is in eval-set
+    order. Unlike the training window, it does not depend on which prompts happened to be
+    drawn lately."""
+
+    step: int
+    version: int
+    reward: float
+    exact: float
+    per_prompt: tuple[tuple[str, float], ...]
+
+
+@dataclasses.dataclass(frozen=True)
 class StepRow:
     """One JSONL row, written after each train step. Rates are per second of wall time since
     the first train step ended (start-up and the first fill of the buffer are excluded);
-    `trainer_idle_frac` is the share of that time the trainer was not computing a step."""
+    `trainer_idle_frac` is the share of that time the trainer was not computing a step.
+    Diagnostics of the trained batch: `uniform_groups` is the fraction of its groups whose
+    rewards were all equal (zero advantage: they teach nothing), `behaviour_logprob` the
+    mean log-prob per token the generators gave their own samples (near 0: the policy has
+    become deterministic and stopped exploring). `eval_reward` / `eval_version`: the latest
+    finished evaluation (None before the first)."""
 
     step: int
     version: int
@@ -46,6 +69,21 @@ class StepRow:
     kl: float
     clip_frac: float
     grad_norm: float
+    lr: float
+    uniform_groups: float
+    behaviour_logprob: float
+    eval_reward: float | None
+    eval_version: int | None
+
+
+def batch_diagnostics(episodes: Sequence[Episode], group_size: int) -> tuple[float, float]:
+    """(fraction of groups whose rewards are all equal, mean behaviour log-prob per token)
+    of a trained batch of whole groups, consecutive episodes sharing a group."""
+    groups = [episodes[i : i + group_size] for i in range(0, len(episodes), group_size)]
+    uniform = sum(len({e.reward for e in g}) == 1 for g in groups) / max(1, len(groups))
+    tokens = sum(e.behavior_logprobs.numel() for e in episodes)
+    logprob = sum(float(e.behavior_logprobs.sum()) for e in episodes) / max(1, tokens)
+    return uniform, logprob
 
 
 class RunMetrics:
@@ -63,6 +101,7 @@ class RunMetrics:
         self.first_step_end: float | None = None
         self.tokens_at_first_step = 0
         self.last_sync_s = 0.0
+        self.evals: list[EvalResult] = []
 
     def record_episodes(self, trajectories: list[Trajectory], tokens: int) -> None:
         for t in trajectories:
@@ -83,6 +122,10 @@ class RunMetrics:
             if len(out) == count:
                 break
         return out
+
+    @property
+    def last_eval(self) -> EvalResult | None:
+        return self.evals[-1] if self.evals else None
 
     def window_full(self) -> bool:
         return len(self.rewards) == self.rewards.maxlen
@@ -130,7 +173,7 @@ class MetricsSink:
         self._file.flush()
         if self._tb is not None:
             for key, value in record.items():
-                if key != "step":
+                if key != "step" and value is not None:
                     self._tb.add_scalar(key, value, row.step)
 
     def close(self) -> None:

@@ -52,6 +52,23 @@ GENERATORS: dict[str, Callable[[random.Random, int, int], Sample]] = {
 }
 
 
+def eval_set(
+    task: str, min_n: int, max_n: int, samples: Sequence[Sample] = (), size: int = 8
+) -> list[Sample]:
+    """The fixed prompts the policy is evaluated on during a run.
+
+    `count`: every N from `min_n` to `max_n` once, so each one weighs the same. Another
+    generated task: `size` draws from a fixed seed. A file or dataset: its first `size`
+    samples.
+    """
+    if samples:
+        return list(samples[:size])
+    if task == "count":
+        return [count_sample(random.Random(0), n, n) for n in range(min_n, max_n + 1)]
+    rng = random.Random(12345)
+    return [GENERATORS[task](rng, min_n, max_n) for _ in range(size)]
+
+
 def corpus_for(task: str, min_n: int, max_n: int, samples: Sequence[Sample] = ()) -> list[str]:
     """Text a tiny tokenizer is trained on: every prompt and target the task can produce.
 

@@ -1,7 +1,9 @@
 """The generator actor (one replica of the generator service): samples and takes new weights.
 
 A plain Monarch endpoint runs one message at a time, so `update_weights` can never land in
-the middle of a `generate`: each batch runs on exactly one policy version.
+the middle of a `generate`: each batch runs on exactly one policy version. New weights come
+from a one-process trainer through `rdma-tensor`, or from a sharded trainer through
+`dtensor-reshard` (see `weight_sync.py`).
 """
 
 from __future__ import annotations
@@ -11,11 +13,12 @@ import os
 
 import torch
 from monarch.actor import Actor, endpoint
-from rdma_tensor import Manifest, pull
+from rdma_tensor import pull
 
 from async_grpo.config import ModelConfig, SamplingConfig
 from async_grpo.model import load_policy, load_tokenizer
 from async_grpo.sampling import Completion, generate
+from async_grpo.weight_sync import ReshardReceiver, ShardedWeights, WeightUpdate
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +45,7 @@ class Generator(Actor):
         self._sampling = sampling
         self._chat = model.chat_template
         self._version = 0
+        self._receiver: ReshardReceiver | None = None
         # Replicas get the same arguments; the pid keeps their samples independent.
         self._rng = torch.Generator(self._device).manual_seed(seed * 1_000_003 + os.getpid())
 
@@ -67,8 +71,20 @@ class Generator(Actor):
         )
 
     @endpoint
-    async def update_weights(self, manifest: Manifest) -> WeightSync:
-        """Pulls the newest staged version (at least `manifest.version`), all or nothing."""
-        result = await pull(manifest, into=self._model.state_dict(), allow_cast=True)
+    async def update_weights(self, update: WeightUpdate) -> WeightSync:
+        """Pulls the newest staged version (at least `update.version`), all or nothing."""
+        if isinstance(update, ShardedWeights):
+            if self._receiver is None:
+                self._receiver = ReshardReceiver(dict(self._model.named_parameters()))
+            seconds = await self._receiver.pull(update)
+            self._version = update.version
+            return WeightSync(update.version, seconds)
+        result = await pull(update, into=self._model.state_dict(), allow_cast=True)
         self._version = result.version
         return WeightSync(result.version, result.seconds)
+
+    @endpoint
+    async def weights(self) -> tuple[int, dict[str, torch.Tensor]]:
+        """The version this replica runs and its parameters by name (for checks)."""
+        params = {n: p.detach().cpu().clone() for n, p in self._model.named_parameters()}
+        return self._version, params

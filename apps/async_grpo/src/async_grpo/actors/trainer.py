@@ -1,4 +1,5 @@
-"""The trainer actor: one GRPO step per batch, then publishes the new weights."""
+"""The trainer actor (one process): one GRPO step per batch, then publishes the new weights
+through `rdma-tensor`."""
 
 from __future__ import annotations
 
@@ -10,31 +11,40 @@ from monarch.actor import Actor, endpoint
 from rdma_tensor import Manifest, Publisher
 from replay_buffer import Episode
 
-from async_grpo.batching import Rollout, pack, sequence_logprobs
 from async_grpo.config import SamplingConfig, TrainerConfig
-from async_grpo.grpo import LossConfig, LossStats, grpo_loss
+from async_grpo.grpo import LossStats
 from async_grpo.model import load_policy, load_tokenizer
+from async_grpo.training import grpo_step, learning_rate, to_rollouts
+from async_grpo.weight_sync import WeightUpdate
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainResult:
-    """One optimizer step: the new `version`, its `manifest` for the generators, the loss
-    statistics, the gradient norm before clipping, and seconds spent computing the step
-    (`train_s`) and staging the weights (`publish_s`)."""
+    """One optimizer step: the new `version`, the `weights` the generators pull it from, the
+    loss statistics (the whole batch's), the gradient norm before clipping, the learning
+    rate used, and seconds spent computing the step (`train_s`) and staging the weights
+    (`publish_s`)."""
 
     version: int
-    manifest: Manifest
+    weights: WeightUpdate
     stats: LossStats
     grad_norm: float
+    lr: float
     train_s: float
     publish_s: float
 
 
 class Trainer(Actor):
-    """Holds the trainable policy, AdamW and the weight `Publisher`."""
+    """Holds the trainable policy, AdamW and the weight `Publisher`. `total_steps` sets the
+    learning-rate schedule's length."""
 
     def __init__(
-        self, model_path: str, cfg: TrainerConfig, sampling: SamplingConfig, seed: int
+        self,
+        model_path: str,
+        cfg: TrainerConfig,
+        sampling: SamplingConfig,
+        seed: int,
+        total_steps: int,
     ) -> None:
         torch.set_num_threads(1)
         torch.manual_seed(seed)
@@ -42,13 +52,7 @@ class Trainer(Actor):
         self._model.train(True)
         tokenizer = load_tokenizer(model_path)
         self._vocab, self._pad = len(tokenizer), int(tokenizer.pad_token_id or 0)
-        self._cfg, self._sampling = cfg, sampling
-        self._loss_cfg = LossConfig(
-            clip_eps=cfg.clip_eps,
-            importance=cfg.importance,
-            truncate_cap=cfg.truncate_cap,
-            kl_coef=cfg.kl_coef,
-        )
+        self._cfg, self._sampling, self._total = cfg, sampling, total_steps
         self._opt = torch.optim.AdamW(
             self._model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
         )
@@ -65,40 +69,30 @@ class Trainer(Actor):
         self, episodes: list[Episode], ref_logprobs: list[list[float]] | None
     ) -> TrainResult:
         start = time.perf_counter()
-        rollouts = [
-            Rollout(
-                prompt_ids=e.prompt_ids.tolist(),
-                response_ids=e.response_ids.tolist(),
-                behaviour_logprobs=e.behavior_logprobs.tolist(),
-                advantage=e.advantage,
-                ref_logprobs=ref_logprobs[i] if ref_logprobs is not None else None,
-            )
-            for i, e in enumerate(episodes)
-        ]
-        batch = pack(rollouts, self._pad)
-        lp = sequence_logprobs(
-            self._model, batch, self._sampling.temperature, self._sampling.top_p, self._vocab
+        step = grpo_step(
+            self._model,
+            self._opt,
+            to_rollouts(episodes, ref_logprobs),
+            cfg=self._cfg,
+            sampling=self._sampling,
+            vocab_size=self._vocab,
+            pad_id=self._pad,
+            lr=learning_rate(self._cfg, self._version, self._total),
         )
-        loss, stats = grpo_loss(
-            lp,
-            batch.behaviour_logprobs,
-            batch.advantages,
-            batch.response_mask,
-            self._loss_cfg,
-            ref_logprobs=batch.ref_logprobs,
-        )
-        self._opt.zero_grad(set_to_none=True)
-        loss.backward()  # type: ignore[no-untyped-call]
-        grad_norm = torch.nn.utils.clip_grad_norm_(self._model.parameters(), self._cfg.grad_clip)
-        self._opt.step()
         self._version += 1
         trained = time.perf_counter()
         manifest = self._publisher.publish(self._model.state_dict(), self._version)
         return TrainResult(
             version=self._version,
-            manifest=manifest,
-            stats=stats,
-            grad_norm=float(grad_norm),
+            weights=manifest,
+            stats=step.loss,
+            grad_norm=step.grad_norm,
+            lr=step.lr,
             train_s=trained - start,
             publish_s=time.perf_counter() - trained,
         )
+
+    @endpoint
+    async def full_weights(self) -> dict[str, torch.Tensor]:
+        """The current parameters by name (for checks)."""
+        return {n: p.detach().clone() for n, p in self._model.named_parameters()}

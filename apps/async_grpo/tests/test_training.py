@@ -1,0 +1,117 @@
+"""The pure pieces around a train step: schedule, data-parallel slicing and normalisation,
+evaluation scoring and batch diagnostics."""
+
+import itertools
+import math
+
+import pytest
+import torch
+from async_grpo.batching import Rollout
+from async_grpo.config import TrainerConfig
+from async_grpo.evaluation import score_eval
+from async_grpo.grpo import LossConfig, grpo_loss
+from async_grpo.metrics import batch_diagnostics
+from async_grpo.sampling import Completion
+from async_grpo.tasks import Sample, eval_set
+from async_grpo.training import add_stats, learning_rate, rank_slice
+from replay_buffer import Episode
+
+
+def test_constant_schedule() -> None:
+    cfg = TrainerConfig(lr=1e-3)
+    assert [learning_rate(cfg, s, 10) for s in (0, 5, 9, 50)] == [1e-3] * 4
+
+
+def test_cosine_schedule_hand_computed() -> None:
+    cfg = TrainerConfig(lr=1.0, lr_schedule="cosine", warmup_steps=4, min_lr_ratio=0.1)
+    total = 13  # warm-up on steps 0..3, cosine over steps 4..12
+    lrs = [learning_rate(cfg, s, total) for s in range(total)]
+    assert lrs[:5] == pytest.approx([0.25, 0.5, 0.75, 1.0, 1.0])
+    assert lrs[8] == pytest.approx(0.1 + 0.9 * 0.5)  # half-way: cos(pi/2) = 0
+    assert lrs[6] == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi / 4)))
+    assert lrs[12] == pytest.approx(0.1)
+    assert all(a >= b for a, b in itertools.pairwise(lrs[3:]))
+    assert learning_rate(cfg, total + 100, total) == pytest.approx(0.1)  # stays at the floor
+
+
+def rollouts(n: int, lengths: list[int] | None = None) -> list[Rollout]:
+    lengths = lengths or [1] * n
+    return [Rollout([1], [2] * k, [0.0] * k, float(i)) for i, k in enumerate(lengths)]
+
+
+def test_rank_slices_are_contiguous_whole_groups_covering_the_batch() -> None:
+    batch = rollouts(5 * 3)  # 5 groups of 3
+    parts = [rank_slice(batch, 3, r, 2) for r in range(2)]
+    assert [len(p) for p in parts] == [9, 6]  # 3 groups, then 2
+    assert [x.advantage for p in parts for x in p] == [x.advantage for x in batch]
+    with pytest.raises(ValueError, match="at least 3 whole groups"):
+        rank_slice(rollouts(2 * 3), 3, 0, 3)
+    with pytest.raises(ValueError, match="whole groups"):
+        rank_slice(rollouts(7), 3, 0, 2)
+
+
+def test_ranks_losses_add_up_to_the_whole_batch() -> None:
+    torch.manual_seed(0)
+    lp, old = torch.randn(4, 3) * 0.1 - 1, torch.randn(4, 3) * 0.1 - 1
+    adv = torch.tensor([1.0, -1.0, 0.5, -0.5])
+    mask = torch.tensor([[1, 1, 1], [1, 0, 0], [1, 1, 0], [1, 1, 1]], dtype=torch.float)
+    cfg = LossConfig()
+    whole, whole_stats = grpo_loss(lp, old, adv, mask, cfg)
+    total = float(mask.sum())
+    parts = [
+        grpo_loss(lp[i], old[i], adv[i], mask[i], cfg, token_count=total)
+        for i in (slice(0, 2), slice(2, 4))
+    ]
+    assert sum(float(p[0]) for p in parts) == pytest.approx(float(whole))
+    merged = add_stats([p[1] for p in parts])
+    assert merged.tokens == whole_stats.tokens
+    assert merged.ratio_mean == pytest.approx(whole_stats.ratio_mean)
+    assert merged.clip_frac == pytest.approx(whole_stats.clip_frac)
+    with pytest.raises(ValueError, match="token_count"):
+        grpo_loss(lp, old, adv, mask, cfg, token_count=0)
+
+
+def test_eval_set_covers_every_n_once() -> None:
+    prompts = [s.prompt for s in eval_set("count", 2, 5)]
+    assert prompts == ["count to 2:", "count to 3:", "count to 4:", "count to 5:"]
+    assert len(eval_set("arithmetic", 2, 9, size=5)) == 5
+    assert eval_set("arithmetic", 2, 9) == eval_set("arithmetic", 2, 9)  # a fixed set
+    data = [Sample(f"p{i}", "t") for i in range(20)]
+    assert eval_set("count", 1, 6, data, size=3) == data[:3]
+
+
+def completion(text: str, version: int = 7) -> Completion:
+    return Completion([1], [2], [-0.5], text, True, version)
+
+
+def test_score_eval_weighs_every_prompt_the_same() -> None:
+    prompts = [Sample("count to 1:", "1"), Sample("count to 2:", "1 2")]
+    groups = [[completion("1"), completion("1")], [completion("1 2"), completion("1", 6)]]
+    result = score_eval(40, prompts, groups, [1.0, 1.0, 1.0, 0.5])
+    assert result.per_prompt == (("count to 1:", 1.0), ("count to 2:", 0.75))
+    assert result.reward == pytest.approx(0.875)
+    assert result.exact == pytest.approx(0.75)
+    assert (result.step, result.version) == (40, 6)
+
+
+def test_batch_diagnostics() -> None:
+    def episode(reward: float, logprobs: list[float]) -> Episode:
+        return Episode(
+            prompt_ids=torch.tensor([1]),
+            response_ids=torch.tensor([2] * len(logprobs)),
+            behavior_logprobs=torch.tensor(logprobs),
+            reward=reward,
+            advantage=0.0,
+            policy_version=0,
+            group_id=0,
+        )
+
+    batch = [
+        episode(1.0, [-1.0]),
+        episode(1.0, [-1.0, -1.0]),
+        episode(0.0, [0.0]),
+        episode(1.0, [0.0]),
+    ]
+    uniform, logprob = batch_diagnostics(batch, group_size=2)
+    assert uniform == 0.5  # the first group's rewards are equal, the second's are not
+    assert logprob == pytest.approx(-3.0 / 5)
