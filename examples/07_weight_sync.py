@@ -116,7 +116,9 @@ class Pull:
     """One pull by the generator: when, what it held before, what it holds after.
 
     `mapped`: the model now runs on views of the staging slot (False: the bytes were copied
-    into its own tensors; `nbytes` were mapped or copied). `held_fingerprint`: the weights
+    into its own tensors; `nbytes` were mapped or copied). `cpu`: CPU time of the
+    generator's thread during the pull (wall time also counts time spent descheduled; over
+    RDMA, Monarch's own threads move the bytes). `held_fingerprint`: the weights
     just before this pull, i.e. what the generator sampled with since the previous one;
     `fingerprint`: the weights just after it.
     """
@@ -128,6 +130,7 @@ class Pull:
     nbytes: int
     transport: str
     mapped: bool
+    cpu: float
     retries: int
     held_fingerprint: str
     fingerprint: str
@@ -247,9 +250,9 @@ class Generator(Actor):
             if manifest is not None and manifest.version > version:
                 # Not part of weight sync: what it sampled with, to check it never changed.
                 held = fingerprint(self.model.state_dict())
-                start = time.monotonic()
+                start, cpu = time.monotonic(), time.thread_time()
                 got = await self.weights.pull(manifest)
-                end = time.monotonic()
+                end, cpu = time.monotonic(), time.thread_time() - cpu
                 pulls.append(
                     Pull(
                         start,
@@ -259,6 +262,7 @@ class Generator(Actor):
                         got.nbytes,
                         got.transport.value,
                         got.mapped,
+                        cpu,
                         got.retries,
                         held,
                         fingerprint(self.model.state_dict()),
@@ -359,7 +363,8 @@ def summary(steps: list[Step], pulls: list[Pull], manifest: Manifest) -> None:
     mapped = sum(p.mapped for p in pulls)
     print(f"generator, {len(pulls)} pulls over {pulls[0].transport}, ", end="")
     print(f"{mapped} mapped and {len(pulls) - mapped} copied: ", end="")
-    print(f"{ms(statistics.median(p.end - p.start for p in pulls))} median")
+    print(f"{ms(statistics.median(p.end - p.start for p in pulls))} median ", end="")
+    print(f"({ms(statistics.median(p.cpu for p in pulls))} of it on the generator's thread)")
     print("versions the generator held: " + " -> ".join(f"v{p.version}" for p in pulls))
     inside = [p for p in pulls if any(s.start < p.start and p.end < s.end for s in steps)]
     print(f"pulls that started and ended inside one trainer step: {len(inside)} of {len(pulls)}")
