@@ -35,10 +35,10 @@ What to look at
     the mapped weights stay valid, and the next pull fails with a clear error.
 
     On one machine the bytes move through shared memory: the generator maps the trainer's
-    staging memory and copies from it. `--transport rdma` forces Monarch's `RDMABuffer`
-    instead, the path used between machines; without RDMA NICs Monarch runs it over TCP
-    (and warns `RDMATcpFallbackWarning`), so expect slower pulls, which copy: RDMA cannot
-    map; the trainer still never waits for them. `--mode copy` copies over shared memory.
+    staging memory and runs on it (with `--mode copy`, copies out of it). `--transport rdma`
+    forces Monarch's `RDMABuffer` instead, the path used between machines, which can only
+    copy; without RDMA NICs Monarch runs it over TCP (and warns `RDMATcpFallbackWarning`),
+    so expect slower pulls; the trainer still never waits for them.
 
 Run
     uv run python examples/07_weight_sync.py
@@ -249,7 +249,7 @@ class Generator(Actor):
             manifest = await board.newest.call_one()  # small, whatever the tensors' sizes
             if manifest is not None and manifest.version > version:
                 # Not part of weight sync: what it sampled with, to check it never changed.
-                held = fingerprint(self.model.state_dict())
+                sampled_with = fingerprint(self.model.state_dict())
                 start, cpu = time.monotonic(), time.thread_time()
                 got = await self.weights.pull(manifest)
                 end, cpu = time.monotonic(), time.thread_time() - cpu
@@ -264,7 +264,7 @@ class Generator(Actor):
                         got.mapped,
                         cpu,
                         got.retries,
-                        held,
+                        sampled_with,
                         fingerprint(self.model.state_dict()),
                     )
                 )
