@@ -117,3 +117,19 @@ def test_on_policy_gradient_is_reinforce_with_group_baseline(importance: str) ->
     (reinforce_grad,) = torch.autograd.grad(reinforce, logits)
     torch.testing.assert_close(grpo_grad, reinforce_grad)
     assert reinforce_grad.abs().sum() > 0
+
+
+def test_entropy_bonus_hand_computed() -> None:
+    # Two real tokens with entropies 0.5 and 1.5 (the padded one is ignored): mean 1.0.
+    entropy = torch.tensor([[0.5, 1.5, 9.0]], requires_grad=True)
+    mask = torch.tensor([[1.0, 1.0, 0.0]])
+    lp = torch.zeros(1, 3)
+    cfg = LossConfig(entropy_coef=0.1)
+    loss, stats = grpo_loss(lp, lp, torch.tensor([0.0]), mask, cfg, entropy=entropy)
+    assert stats.entropy == pytest.approx(1.0)
+    assert loss.item() == pytest.approx(-0.1 * 1.0)
+    loss.backward()  # type: ignore[no-untyped-call]
+    assert entropy.grad is not None
+    assert entropy.grad[0].tolist() == pytest.approx([-0.05, -0.05, 0.0])
+    with pytest.raises(ValueError, match="entropy_coef > 0 needs entropy"):
+        grpo_loss(lp, lp, torch.tensor([0.0]), mask, cfg)

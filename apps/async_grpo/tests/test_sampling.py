@@ -1,5 +1,6 @@
 """Sampling: shapes, stopping, and log-probs that the trainer's recomputation reproduces."""
 
+import math
 from pathlib import Path
 
 import pytest
@@ -7,7 +8,12 @@ import torch
 from async_grpo.batching import Rollout, pack, sequence_logprobs
 from async_grpo.config import SamplingConfig
 from async_grpo.model import load_policy, load_tokenizer
-from async_grpo.sampling import generate, masked_logits, token_logprobs
+from async_grpo.sampling import (
+    generate,
+    masked_logits,
+    token_logprobs,
+    token_logprobs_and_entropy,
+)
 
 
 def test_masked_logits_top_p_keeps_the_smallest_nucleus() -> None:
@@ -72,3 +78,18 @@ def test_text_is_the_decoded_response_without_eos(tiny_checkpoint: Path) -> None
         ids = c.response_ids[:-1] if c.finished else c.response_ids
         assert c.text == tok.decode(ids)
         assert len(c.text.split()) == len(ids)  # word-level: one word per token
+
+
+def test_entropy_of_the_sampling_distribution() -> None:
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    token = torch.tensor([0])
+    _, full = token_logprobs_and_entropy(logits, token, 1.0, 1.0, 4)
+    p = torch.tensor([0.5, 0.3, 0.15, 0.05])
+    assert full.item() == pytest.approx(float(-(p * p.log()).sum()), rel=1e-5)
+    # top-p 0.8 keeps {0.5, 0.3}, renormalised: the excluded tokens add nothing (no NaN).
+    _, nucleus = token_logprobs_and_entropy(logits, token, 1.0, 0.8, 4)
+    q = torch.tensor([0.625, 0.375])
+    assert nucleus.item() == pytest.approx(float(-(q * q.log()).sum()), rel=1e-5)
+    # Temperature 2 flattens the uniform-by-vocab case not at all: log(3) for 3 equal logits.
+    _, flat = token_logprobs_and_entropy(torch.zeros(1, 5), token, 2.0, 1.0, 3)
+    assert flat.item() == pytest.approx(math.log(3))

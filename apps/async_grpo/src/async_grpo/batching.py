@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
-from async_grpo.sampling import token_logprobs
+from async_grpo.sampling import token_logprobs_and_entropy
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,6 +88,14 @@ def sequence_logprobs(
 ) -> Tensor:
     """[B, T] log-probs of each response token under `model`'s sampling distribution
     (0 on padding). Carries gradient when called outside `torch.no_grad`."""
+    return sequence_logprobs_and_entropy(model, batch, temperature, top_p, vocab_size)[0]
+
+
+def sequence_logprobs_and_entropy(
+    model: PreTrainedModel, batch: TrainBatch, temperature: float, top_p: float, vocab_size: int
+) -> tuple[Tensor, Tensor]:
+    """`sequence_logprobs`, and [B, T] the sampling distribution's entropy at each response
+    position (0 on padding); both carry gradient outside `torch.no_grad`."""
     logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
     t = batch.response_mask.shape[1]
     # Row i's response token j sits at response_start[i] + j and is predicted one step before.
@@ -95,5 +103,5 @@ def sequence_logprobs(
     idx = idx.clamp(max=batch.input_ids.shape[1] - 1)
     pred = logits.gather(1, (idx - 1).unsqueeze(-1).expand(-1, -1, logits.shape[-1]))
     tokens = batch.input_ids.gather(1, idx)
-    lp = token_logprobs(pred, tokens, temperature, top_p, vocab_size)
-    return lp * batch.response_mask
+    lp, entropy = token_logprobs_and_entropy(pred, tokens, temperature, top_p, vocab_size)
+    return lp * batch.response_mask, entropy * batch.response_mask

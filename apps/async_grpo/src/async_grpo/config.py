@@ -79,7 +79,8 @@ class TrainerConfig:
     """GRPO trainer: AdamW on the token-level loss of `grpo.grpo_loss`.
 
     `batch_size` counts episodes (a multiple of the group size); `kl_coef > 0` spawns the
-    reference model. `lr_schedule="cosine"`: linear warm-up over `warmup_steps`, then a
+    reference model; `entropy_coef > 0` adds an entropy bonus (`grpo.LossConfig`).
+    `lr_schedule="cosine"`: linear warm-up over `warmup_steps`, then a
     cosine decay to `lr * min_lr_ratio` at the run's last step (`training.learning_rate`).
     `procs > 1` shards the trainer FSDP-style over that many processes (every parameter a
     `Shard(0)` DTensor; gloo on CPU, nccl on GPU) and sends weights to the generators through
@@ -96,6 +97,7 @@ class TrainerConfig:
     importance: Literal["clip", "truncate"] = "clip"
     truncate_cap: float = 2.0
     kl_coef: float = 0.0
+    entropy_coef: float = 0.0
     scale_by_std: bool = True
     procs: int = 1
 
@@ -198,6 +200,7 @@ def validate(cfg: RunConfig) -> None:
         (cfg.trainer.clip_eps > 0, "trainer.clip_eps must be > 0"),
         (cfg.trainer.truncate_cap >= 1, "trainer.truncate_cap must be >= 1"),
         (cfg.trainer.kl_coef >= 0, "trainer.kl_coef must be >= 0"),
+        (cfg.trainer.entropy_coef >= 0, "trainer.entropy_coef must be >= 0"),
         (cfg.trainer.warmup_steps >= 0, "trainer.warmup_steps must be >= 0"),
         (0 <= cfg.trainer.min_lr_ratio <= 1, "trainer.min_lr_ratio must be in [0, 1]"),
         (cfg.trainer.procs >= 1, "trainer.procs must be >= 1"),

@@ -60,12 +60,16 @@ class LossConfig:
     `importance="truncate"`: truncated importance weights, -min(ρ, `truncate_cap`)·A·log π
     with the weight held constant (no gradient through it).
     `kl_coef` scales the k3 KL to the reference model (0 turns it off).
+    `entropy_coef` rewards the policy's entropy at the sampled positions (subtracted from
+    the loss, averaged like it): it keeps the policy exploring where a group would otherwise
+    settle on one answer, since a group whose answers are all equal gives no gradient.
     """
 
     clip_eps: float = 0.2
     importance: ImportanceMode = "clip"
     truncate_cap: float = 2.0
     kl_coef: float = 0.0
+    entropy_coef: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +82,7 @@ class LossStats:
     ratio_mean: float
     clip_frac: float
     tokens: int
+    entropy: float = 0.0
 
 
 def grpo_loss(
@@ -89,6 +94,7 @@ def grpo_loss(
     *,
     ref_logprobs: Tensor | None = None,
     token_count: float | None = None,
+    entropy: Tensor | None = None,
 ) -> tuple[Tensor, LossStats]:
     """Token-level GRPO loss: the mean over every real response token in the batch.
 
@@ -98,10 +104,13 @@ def grpo_loss(
     Averaging over tokens (not per sequence first) weighs every token equally, so long
     answers are not diluted. `token_count` replaces the divisor `mask.sum()` (a data-parallel
     rank holding part of a batch passes the whole batch's count, so the ranks' losses and
-    statistics add up to the whole batch's).
+    statistics add up to the whole batch's). `entropy` [B, T] is the current policy's
+    per-token entropy (needed when `cfg.entropy_coef > 0`, reported whenever given).
     """
     if cfg.kl_coef > 0 and ref_logprobs is None:
         raise ValueError("kl_coef > 0 needs ref_logprobs")
+    if cfg.entropy_coef > 0 and entropy is None:
+        raise ValueError("entropy_coef > 0 needs entropy")
     if token_count is not None and token_count < 1:
         raise ValueError(f"token_count must be >= 1, got {token_count}")
     mask = mask.float()
@@ -123,6 +132,11 @@ def grpo_loss(
     if ref_logprobs is not None:
         kl = (k3_kl(logprobs, ref_logprobs) * mask).sum() / n_tokens
     loss = policy_loss + cfg.kl_coef * kl if cfg.kl_coef > 0 else policy_loss
+    mean_entropy = torch.zeros((), dtype=policy_loss.dtype)
+    if entropy is not None:
+        mean_entropy = (entropy * mask).sum() / n_tokens
+        if cfg.entropy_coef > 0:
+            loss = loss - cfg.entropy_coef * mean_entropy
     stats = LossStats(
         loss=float(loss.detach()),
         policy_loss=float(policy_loss.detach()),
@@ -130,5 +144,6 @@ def grpo_loss(
         ratio_mean=float(((ratio * mask).sum() / n_tokens).detach()),
         clip_frac=float(((clip_hit * mask).sum() / n_tokens).detach()),
         tokens=int(mask.sum().item()),
+        entropy=float(mean_entropy.detach()),
     )
     return loss, stats

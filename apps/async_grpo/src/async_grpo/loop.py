@@ -273,6 +273,7 @@ async def training_loop(
                 lr=result.lr,
                 uniform_groups=uniform,
                 behaviour_logprob=logprob,
+                entropy=result.stats.entropy,
                 eval_reward=last_eval.reward if last_eval else None,
                 eval_version=last_eval.version if last_eval else None,
             ),

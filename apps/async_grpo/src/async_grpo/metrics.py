@@ -49,8 +49,9 @@ class StepRow:
     `trainer_idle_frac` is the share of that time the trainer was not computing a step.
     Diagnostics of the trained batch: `uniform_groups` is the fraction of its groups whose
     rewards were all equal (zero advantage: they teach nothing), `behaviour_logprob` the
-    mean log-prob per token the generators gave their own samples (near 0: the policy has
-    become deterministic and stopped exploring). `eval_reward` / `eval_version`: the latest
+    mean log-prob per token the generators gave their own samples and `entropy` the
+    trainer's policy entropy (nats per token) at those positions (both near 0: the policy
+    has become deterministic and stopped exploring). `eval_reward` / `eval_version`: the latest
     finished evaluation (None before the first)."""
 
     step: int
@@ -72,6 +73,7 @@ class StepRow:
     lr: float
     uniform_groups: float
     behaviour_logprob: float
+    entropy: float
     eval_reward: float | None
     eval_version: int | None
 

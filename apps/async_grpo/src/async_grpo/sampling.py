@@ -62,8 +62,19 @@ def token_logprobs(
     logits: Tensor, tokens: Tensor, temperature: float, top_p: float, vocab_size: int
 ) -> Tensor:
     """Log-prob of `tokens` [...] under the sampling distribution of `logits` [..., V]."""
+    return token_logprobs_and_entropy(logits, tokens, temperature, top_p, vocab_size)[0]
+
+
+def token_logprobs_and_entropy(
+    logits: Tensor, tokens: Tensor, temperature: float, top_p: float, vocab_size: int
+) -> tuple[Tensor, Tensor]:
+    """`token_logprobs`, and the entropy (nats) of the sampling distribution at each of
+    those positions: how much the policy still explores there."""
     dist = masked_logits(logits, temperature, top_p, vocab_size, keep=tokens)
-    return torch.log_softmax(dist, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    logp = torch.log_softmax(dist, dim=-1)
+    # Tokens outside the nucleus have probability 0 and log-prob -inf: they add 0.
+    plogp = torch.where(torch.isfinite(logp), logp.exp() * logp, torch.zeros_like(logp))
+    return logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1), -plogp.sum(-1)
 
 
 @torch.no_grad()

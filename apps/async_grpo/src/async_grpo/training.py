@@ -16,7 +16,7 @@ import torch
 from replay_buffer import Episode
 from transformers import PreTrainedModel
 
-from async_grpo.batching import Rollout, pack, sequence_logprobs
+from async_grpo.batching import Rollout, pack, sequence_logprobs_and_entropy
 from async_grpo.config import SamplingConfig, TrainerConfig
 from async_grpo.grpo import LossConfig, LossStats, grpo_loss
 
@@ -37,6 +37,7 @@ def loss_config(cfg: TrainerConfig) -> LossConfig:
         importance=cfg.importance,
         truncate_cap=cfg.truncate_cap,
         kl_coef=cfg.kl_coef,
+        entropy_coef=cfg.entropy_coef,
     )
 
 
@@ -92,7 +93,9 @@ def grpo_step(
     ranks whose gradients the sharding wrapper averages.
     """
     batch = pack(rollouts, pad_id)
-    lp = sequence_logprobs(model, batch, sampling.temperature, sampling.top_p, vocab_size)
+    lp, entropy = sequence_logprobs_and_entropy(
+        model, batch, sampling.temperature, sampling.top_p, vocab_size
+    )
     loss, stats = grpo_loss(
         lp,
         batch.behaviour_logprobs,
@@ -101,6 +104,7 @@ def grpo_step(
         loss_config(cfg),
         ref_logprobs=batch.ref_logprobs,
         token_count=total_tokens,
+        entropy=entropy if cfg.entropy_coef > 0 else entropy.detach(),
     )
     for group in optimizer.param_groups:
         group["lr"] = lr
@@ -139,4 +143,5 @@ def add_stats(parts: Sequence[LossStats]) -> LossStats:
         ratio_mean=sum(p.ratio_mean for p in parts),
         clip_frac=sum(p.clip_frac for p in parts),
         tokens=sum(p.tokens for p in parts),
+        entropy=sum(p.entropy for p in parts),
     )
