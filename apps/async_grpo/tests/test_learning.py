@@ -15,7 +15,7 @@ from async_grpo.presets import tiny
 
 
 def test_fixed_seed_ci_run_learns(tmp_path: Path) -> None:
-    steps = 60
+    steps = 120
     cfg = apply_overrides(
         tiny(),
         {"steps": str(steps), "seed": "0", "out_dir": str(tmp_path), "max_minutes": "10"},
@@ -26,6 +26,10 @@ def test_fixed_seed_ci_run_learns(tmp_path: Path) -> None:
     assert rows[-1]["version"] >= steps
     assert summary.reward_start <= 0.3
     assert summary.reward_end - summary.reward_start >= 0.3, summary
+    # The evaluation (every N, 16 samples each) rises too: the policy, not the prompt mix.
+    assert summary.eval_start is not None
+    assert summary.eval_end is not None
+    assert summary.eval_end - summary.eval_start >= 0.1, summary
     assert all(r["staleness_mean"] <= cfg.buffer.max_policy_age for r in rows)
 
 

@@ -49,6 +49,19 @@ class TrainBatch:
     ref_logprobs: Tensor | None
     advantages: Tensor
 
+    def to(self, device: torch.device) -> TrainBatch:
+        """The same batch on `device` (a no-op where it already is)."""
+        ref = self.ref_logprobs.to(device) if self.ref_logprobs is not None else None
+        return TrainBatch(
+            input_ids=self.input_ids.to(device),
+            attention_mask=self.attention_mask.to(device),
+            response_start=self.response_start.to(device),
+            response_mask=self.response_mask.to(device),
+            behaviour_logprobs=self.behaviour_logprobs.to(device),
+            ref_logprobs=ref,
+            advantages=self.advantages.to(device),
+        )
+
 
 def pack(rollouts: Sequence[Rollout], pad_id: int) -> TrainBatch:
     """Pads `rollouts` into a `TrainBatch`."""
@@ -99,7 +112,7 @@ def sequence_logprobs_and_entropy(
     logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
     t = batch.response_mask.shape[1]
     # Row i's response token j sits at response_start[i] + j and is predicted one step before.
-    idx = batch.response_start.unsqueeze(1) + torch.arange(t).unsqueeze(0)
+    idx = batch.response_start.unsqueeze(1) + torch.arange(t, device=logits.device).unsqueeze(0)
     idx = idx.clamp(max=batch.input_ids.shape[1] - 1)
     pred = logits.gather(1, (idx - 1).unsqueeze(-1).expand(-1, -1, logits.shape[-1]))
     tokens = batch.input_ids.gather(1, idx)

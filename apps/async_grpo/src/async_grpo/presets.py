@@ -43,11 +43,25 @@ def tiny() -> RunConfig:
         sampling=SamplingConfig(group_size=16, max_new_tokens=8, temperature=1.0, top_p=1.0),
         generator=GeneratorConfig(replicas=2, prompts_per_call=4),
         reward=RewardConfig(fns="count"),
-        trainer=TrainerConfig(lr=3e-4, batch_size=128, kl_coef=0.0),
+        # Measured in apps/async_grpo/README.md ("Why these settings"): without the entropy
+        # bonus the policy turns deterministic (entropy ~0.01 nats/token) before it can tell
+        # N = 4, 5, 6 apart and stops after "3" or "4" for all of them; without the decay,
+        # late updates can flip an answer it had right (count to 2: -> 1 2 3).
+        trainer=TrainerConfig(
+            lr=3e-4,
+            lr_schedule="cosine",
+            warmup_steps=20,
+            min_lr_ratio=0.1,
+            entropy_coef=0.1,
+            batch_size=128,
+            kl_coef=0.0,
+        ),
         buffer=BufferConfig(max_policy_age=1, capacity=1024),
-        steps=400,
+        steps=800,
         rollout_loops=2,
         window=64,
+        eval_every=40,
+        max_minutes=20.0,
     )
 
 

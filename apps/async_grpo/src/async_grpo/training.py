@@ -92,7 +92,7 @@ def grpo_step(
     data-parallel rank's slice (None: this is the whole batch); `world_size`: the number of
     ranks whose gradients the sharding wrapper averages.
     """
-    batch = pack(rollouts, pad_id)
+    batch = pack(rollouts, pad_id).to(next(model.parameters()).device)
     lp, entropy = sequence_logprobs_and_entropy(
         model, batch, sampling.temperature, sampling.top_p, vocab_size
     )
