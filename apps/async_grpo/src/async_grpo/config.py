@@ -79,7 +79,7 @@ class TrainerConfig:
     """GRPO trainer: AdamW on the token-level loss of `grpo.grpo_loss`.
 
     `batch_size` counts episodes (a multiple of the group size); `kl_coef > 0` spawns the
-    reference model; `entropy_coef > 0` adds an entropy bonus (`grpo.LossConfig`).
+    reference model; `adam_beta2` is AdamW's second-moment decay; `entropy_coef > 0` adds an entropy bonus (`grpo.LossConfig`).
     `lr_schedule="cosine"`: linear warm-up over `warmup_steps`, then a
     cosine decay to `lr * min_lr_ratio` at the run's last step (`training.learning_rate`).
     `procs > 1` shards the trainer FSDP-style over that many processes (every parameter a
@@ -87,6 +87,7 @@ class TrainerConfig:
     `dtensor-reshard`; `procs == 1` is one process sending them through `rdma-tensor`."""
 
     lr: float = 1e-3
+    adam_beta2: float = 0.999
     lr_schedule: Literal["constant", "cosine"] = "constant"
     warmup_steps: int = 0
     min_lr_ratio: float = 0.1
@@ -197,6 +198,7 @@ def validate(cfg: RunConfig) -> None:
         (0 < cfg.sampling.top_p <= 1, "sampling.top_p must be in (0, 1]"),
         (cfg.trainer.lr > 0, "trainer.lr must be > 0"),
         (cfg.trainer.grad_clip > 0, "trainer.grad_clip must be > 0"),
+        (0 < cfg.trainer.adam_beta2 < 1, "trainer.adam_beta2 must be in (0, 1)"),
         (cfg.trainer.clip_eps > 0, "trainer.clip_eps must be > 0"),
         (cfg.trainer.truncate_cap >= 1, "trainer.truncate_cap must be >= 1"),
         (cfg.trainer.kl_coef >= 0, "trainer.kl_coef must be >= 0"),

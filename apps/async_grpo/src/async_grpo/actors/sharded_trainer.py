@@ -100,7 +100,12 @@ class ShardedTrainer(Actor):
         tokenizer = load_tokenizer(model_path)
         self._vocab, self._pad = len(tokenizer), int(tokenizer.pad_token_id or 0)
         self._cfg, self._sampling, self._total = cfg, sampling, total_steps
-        self._opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self._opt = torch.optim.AdamW(
+            model.parameters(),
+            lr=cfg.lr,
+            weight_decay=cfg.weight_decay,
+            betas=(0.9, cfg.adam_beta2),
+        )
         self._params: dict[str, DTensor] = {}
         for name, p in model.named_parameters():
             assert isinstance(p, DTensor), f"{name} was not sharded"

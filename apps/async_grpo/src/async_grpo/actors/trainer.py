@@ -54,7 +54,10 @@ class Trainer(Actor):
         self._vocab, self._pad = len(tokenizer), int(tokenizer.pad_token_id or 0)
         self._cfg, self._sampling, self._total = cfg, sampling, total_steps
         self._opt = torch.optim.AdamW(
-            self._model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
+            self._model.parameters(),
+            lr=cfg.lr,
+            weight_decay=cfg.weight_decay,
+            betas=(0.9, cfg.adam_beta2),
         )
         self._publisher = Publisher()
         self._version = 0
