@@ -79,9 +79,10 @@ class TrainerConfig:
     """GRPO trainer: AdamW on the token-level loss of `grpo.grpo_loss`.
 
     `batch_size` counts episodes (a multiple of the group size); `kl_coef > 0` spawns the
-    reference model; `adam_beta2` is AdamW's second-moment decay; `entropy_coef > 0` adds an entropy bonus (`grpo.LossConfig`).
-    `lr_schedule="cosine"`: linear warm-up over `warmup_steps`, then a
-    cosine decay to `lr * min_lr_ratio` at the run's last step (`training.learning_rate`).
+    reference model; `entropy_coef > 0` adds an entropy bonus (`grpo.LossConfig`);
+    `adam_beta2` is AdamW's second-moment decay. `lr_schedule="cosine"`: linear warm-up
+    over `warmup_steps`, then a cosine decay to `lr * min_lr_ratio` at the run's last step
+    (`training.learning_rate`).
     `procs > 1` shards the trainer FSDP-style over that many processes (every parameter a
     `Shard(0)` DTensor; gloo on CPU, nccl on GPU) and sends weights to the generators through
     `dtensor-reshard`; `procs == 1` is one process sending them through `rdma-tensor`."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
 from replay_buffer import Episode
@@ -38,6 +38,12 @@ def loss_config(cfg: TrainerConfig) -> LossConfig:
         truncate_cap=cfg.truncate_cap,
         kl_coef=cfg.kl_coef,
         entropy_coef=cfg.entropy_coef,
+    )
+
+
+def make_optimizer(params: Iterable[torch.nn.Parameter], cfg: TrainerConfig) -> torch.optim.AdamW:
+    return torch.optim.AdamW(
+        params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, cfg.adam_beta2)
     )
 
 

@@ -34,7 +34,12 @@ from transformers import PreTrainedModel
 from async_grpo.config import SamplingConfig, TrainerConfig
 from async_grpo.grpo import LossStats
 from async_grpo.model import load_policy, load_tokenizer
-from async_grpo.training import grpo_step, learning_rate, rank_slice, to_rollouts
+from async_grpo.training import (
+    grpo_step,
+    learning_rate,
+    rank_slice,
+    to_rollouts,
+)
 from async_grpo.weight_sync import replicated
 
 
