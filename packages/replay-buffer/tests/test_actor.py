@@ -157,6 +157,26 @@ async def test_admission_control_paces_producers_in_other_processes(procs: ProcM
         await buffer.stop()
 
 
+async def test_sample_wait_resumes_when_producers_in_other_processes_complete_a_batch(
+    procs: ProcMesh,
+) -> None:
+    config = ReplayBufferConfig(group_size=2)
+    buffer = procs.slice(procs=0).spawn("buffer4", ReplayBufferActor, config)
+    producers = procs.slice(procs=slice(1, 3)).spawn("producers4", Producer, buffer, 2)
+    try:
+        assert await buffer.sample_wait.call_one(0, 4, 0.1) is None  # empty: times out
+        waiting = asyncio.ensure_future(buffer.sample_wait.call_one(0, 8, 60.0))
+        await asyncio.sleep(0.5)
+        assert not waiting.done()
+        await producers.produce.call(2)  # 2 producers x 2 groups x 2 episodes
+        batch = await asyncio.wait_for(waiting, timeout=30)
+        assert batch is not None
+        assert len({e.group_id for e in batch.episodes}) == 4
+    finally:
+        await producers.stop()
+        await buffer.stop()
+
+
 async def test_wait_for_room_then_stop_releases_a_waiting_producer_and_ends_the_process() -> None:
     procs = this_host().spawn_procs(per_host={"procs": 1})
     buffer = procs.spawn("buffer", ReplayBufferActor, ReplayBufferConfig(admission_limit=2))

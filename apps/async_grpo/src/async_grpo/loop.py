@@ -227,10 +227,10 @@ async def training_loop(
     deadline = time.perf_counter() + cfg.max_minutes * 60
     version = 0
     while version < cfg.steps and time.perf_counter() < deadline:
-        # A batch of whole groups, none older than max_policy_age versions.
-        batch = await c.buffer.sample.call_one(version, cfg.trainer.batch_size)
+        # A batch of whole groups, none older than max_policy_age versions; the buffer
+        # answers as soon as the episode that completes one arrives.
+        batch = await c.buffer.sample_wait.call_one(version, cfg.trainer.batch_size, 1.0)
         if batch is None:
-            await asyncio.sleep(0.005)
             continue
         episodes = list(batch.episodes)
         # Reference log-probs for the KL term, when it is on.

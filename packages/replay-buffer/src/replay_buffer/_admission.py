@@ -1,16 +1,17 @@
-"""Producers parked until the buffer has room (asyncio, single event loop)."""
+"""Coroutines parked until the buffer changes (asyncio, single event loop)."""
 
 from __future__ import annotations
 
 import asyncio
 
 
-class RoomWaiters:
-    """Coroutines waiting for the buffer to drain; `wake_all` lets each re-check for room.
+class Waiters:
+    """Coroutines waiting for a change (room freed, episodes arrived); `wake_all` lets each
+    re-check its own condition.
 
-    Waking all (rather than handing room to one) keeps the logic trivially correct with
+    Waking all (rather than handing the change to one) keeps the logic trivially correct with
     waiters of different sizes: each re-checks the condition itself, and one whose request
-    still does not fit simply waits again. Producers are few, so the cost is negligible.
+    still cannot be met simply waits again. Waiters are few, so the cost is negligible.
     """
 
     def __init__(self) -> None:

@@ -6,7 +6,8 @@ every producer and to the trainer:
     procs = this_host().spawn_procs(per_host={"procs": 1})
     buffer = procs.spawn("replay_buffer", ReplayBufferActor, config)
     await buffer.put.call_one(group)                         # a generator (waits for room)
-    batch = await buffer.sample.call_one(version, batch_size)  # the trainer
+    batch = await buffer.sample.call_one(version, batch_size)  # the trainer (None: not yet)
+    batch = await buffer.sample_wait.call_one(version, batch_size, 5.0)  # or wait for one
     await procs.stop()
 
 Errors raised by the buffer reach the caller as `monarch.actor.ActorError` whose
@@ -41,8 +42,9 @@ def _endpoint(
 
     Every endpoint is concurrent: a plain async endpoint runs to completion before the actor
     reads its next message, so a `put` waiting for room would block the very `sample` that
-    makes room. Each body below is synchronous apart from `put` / `wait_for_room`, so it
-    still runs atomically, and Monarch starts bodies in the order one caller sent them.
+    makes room, and a `sample_wait` would block the `put` it waits for. Each body below is
+    synchronous apart from those three, so it still runs atomically, and Monarch starts
+    bodies in the order one caller sent them.
     """
     return cast("EndpointProperty[_P, _R]", concurrent_endpoint(method))
 
@@ -75,6 +77,17 @@ class ReplayBufferActor(Actor):
     @_endpoint
     async def sample(self, curr_policy_version: int, batch_size: int) -> SampledBatch | None:
         return self._buffer.sample(curr_policy_version, batch_size)
+
+    @_endpoint
+    async def sample_wait(
+        self,
+        curr_policy_version: int,
+        batch_size: int,
+        # A caller cannot cancel the wait in this process: the bound has to travel with it.
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> SampledBatch | None:
+        """Returns as soon as a batch can be formed, or None after `timeout` seconds."""
+        return await self._buffer.sample_wait(curr_policy_version, batch_size, timeout)
 
     @_endpoint
     async def stats(self) -> BufferStats:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from replay_buffer import _state
-from replay_buffer._admission import RoomWaiters
+from replay_buffer._admission import Waiters
 from replay_buffer._store import ArrivalOrder, Item, VersionOrder
 from replay_buffer.batch import SampledBatch
 from replay_buffer.config import ReplayBufferConfig
@@ -30,9 +31,9 @@ class ReplayBuffer:
     O(log n) amortised per episode in the number held (no scans), so the buffer sustains
     well over 10^5 episodes per second in one process.
 
-    Not thread-safe: use it from one thread. `put` / `wait_for_room` are coroutines that
-    must run on the event loop of the thread that calls `sample` (as they do inside
-    `ReplayBufferActor`).
+    Not thread-safe: use it from one thread. `put` / `wait_for_room` / `sample_wait` are
+    coroutines that must run on the event loop of the thread that calls `sample` (as they do
+    inside `ReplayBufferActor`).
     """
 
     def __init__(
@@ -57,7 +58,8 @@ class ReplayBuffer:
         self._held = 0  # episodes in self._items
         self._last_version: int | None = None  # the latest version passed to sample()
         self._counters = Counters()
-        self._room = RoomWaiters()
+        self._room = Waiters()  # producers waiting for room
+        self._arrivals = Waiters()  # trainers waiting for a batch
 
     @property
     def config(self) -> ReplayBufferConfig:
@@ -81,6 +83,7 @@ class ReplayBuffer:
         `max_buffer_size` drops the oldest held episodes (or groups) first.
         """
         self._store(self._check_new(episodes))
+        self._arrivals.wake_all()
 
     def has_room(self, count: int = 1) -> bool:
         """True if `count` more episodes fit under `admission_limit` now."""
@@ -160,6 +163,30 @@ class ReplayBuffer:
         )
         return SampledBatch(shards=shards, curr_policy_version=curr_policy_version)
 
+    async def sample_wait(
+        self,
+        curr_policy_version: int,
+        batch_size: int,
+        timeout: float | None = None,  # noqa: ASYNC109 (mirrors the actor endpoint's)
+    ) -> SampledBatch | None:
+        """`sample`, retried each time episodes arrive until it returns a batch; None only
+        once `timeout` seconds (None: no limit) pass without one.
+
+        A trainer calls this instead of polling `sample`: it resumes as soon as the episode
+        that completes a batch is added, with no sleep granularity and no extra round trips.
+        A batch is never lost to the timeout or to cancellation: both can only land while
+        waiting, never between taking a batch and returning it.
+        """
+        if timeout is not None and not timeout >= 0:
+            raise ValueError(f"timeout must be None or a number >= 0, got {timeout!r}")
+        try:
+            async with asyncio.timeout(timeout):
+                while (batch := self.sample(curr_policy_version, batch_size)) is None:
+                    await self._arrivals.wait()
+                return batch
+        except TimeoutError:
+            return None
+
     def stats(self) -> BufferStats:
         return self._counters.snapshot(held=self._held)
 
@@ -214,6 +241,7 @@ class ReplayBuffer:
         self._last_version = restored.last_version
         self._counters = restored.counters
         self._room.wake_all()
+        self._arrivals.wake_all()
 
     # ------------------------------------------------------------------ internals
 
