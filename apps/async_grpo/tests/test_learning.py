@@ -26,10 +26,11 @@ def test_fixed_seed_ci_run_learns(tmp_path: Path) -> None:
     assert rows[-1]["version"] >= steps
     assert summary.reward_start <= 0.3
     assert summary.reward_end - summary.reward_start >= 0.3, summary
-    # The evaluation (every N, 16 samples each) rises too: the policy, not the prompt mix.
+    # The evaluation (every N, 16 samples each, from the initial weights on) rises too: the
+    # policy, not the prompt mix.
     assert summary.eval_start is not None
     assert summary.eval_end is not None
-    assert summary.eval_end - summary.eval_start >= 0.1, summary
+    assert summary.eval_end - summary.eval_start >= 0.3, summary
     assert all(r["staleness_mean"] <= cfg.buffer.max_policy_age for r in rows)
 
 

@@ -186,7 +186,7 @@ def print_summary(s: Summary, window: int, metrics_path: str) -> None:
     if s.eval_end is not None:
         first = f"step {s.eval_reached_09_step}" if s.eval_reached_09_step else "not reached"
         evals = (
-            f"eval (every prompt of the eval set): start {s.eval_start:.3f} -> final weights "
+            f"eval (every prompt of the eval set): initial weights {s.eval_start:.3f} -> final "
             f"{s.eval_end:.3f}; >= 0.9 first at {first}\n"
             f"    final eval per prompt: {per_prompt(s.eval_per_prompt)}\n"
         )

@@ -299,6 +299,8 @@ async def train(
     try:
         # Generators start from exactly the weights the trainer holds (version 0).
         await sync_weights(c, await c.trainer.publish_initial())
+        if cfg.eval_every:
+            await evaluator.evaluate(0)  # the starting point every later evaluation is read against
 
         def step(row: StepRow, result: TrainResult) -> None:
             sink.write(row)

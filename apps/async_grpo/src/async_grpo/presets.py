@@ -42,8 +42,8 @@ def tiny() -> RunConfig:
         data=DataConfig(task="count", min_n=1, max_n=6),
         sampling=SamplingConfig(group_size=16, max_new_tokens=8, temperature=1.0, top_p=1.0),
         # One generator process and one trainer process, a core each on the 2-core machine
-        # this preset is sized for (measured: 2 replicas there only contend with the
-        # trainer, 1030 vs 1230 trained episodes/s); raise it on a bigger machine.
+        # this preset is sized for (measured: a second replica there only contends with the
+        # trainer, 1054 vs 1202 trained episodes/s); raise it on a bigger machine.
         generator=GeneratorConfig(replicas=1, prompts_per_call=4),
         reward=RewardConfig(fns="count"),
         # Measured in apps/async_grpo/README.md ("Why these settings"): without the entropy
