@@ -42,6 +42,7 @@ def loss_config(cfg: TrainerConfig) -> LossConfig:
 
 
 def make_optimizer(params: Iterable[torch.nn.Parameter], cfg: TrainerConfig) -> torch.optim.AdamW:
+    """The one optimizer both trainers use (plain and sharded parameters alike)."""
     return torch.optim.AdamW(
         params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, cfg.adam_beta2)
     )

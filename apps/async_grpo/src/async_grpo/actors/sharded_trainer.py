@@ -34,12 +34,7 @@ from transformers import PreTrainedModel
 from async_grpo.config import SamplingConfig, TrainerConfig
 from async_grpo.grpo import LossStats
 from async_grpo.model import load_policy, load_tokenizer
-from async_grpo.training import (
-    grpo_step,
-    learning_rate,
-    rank_slice,
-    to_rollouts,
-)
+from async_grpo.training import grpo_step, learning_rate, make_optimizer, rank_slice, to_rollouts
 from async_grpo.weight_sync import replicated
 
 
@@ -105,12 +100,7 @@ class ShardedTrainer(Actor):
         tokenizer = load_tokenizer(model_path)
         self._vocab, self._pad = len(tokenizer), int(tokenizer.pad_token_id or 0)
         self._cfg, self._sampling, self._total = cfg, sampling, total_steps
-        self._opt = torch.optim.AdamW(
-            model.parameters(),
-            lr=cfg.lr,
-            weight_decay=cfg.weight_decay,
-            betas=(0.9, cfg.adam_beta2),
-        )
+        self._opt = make_optimizer(model.parameters(), cfg)
         self._params: dict[str, DTensor] = {}
         for name, p in model.named_parameters():
             assert isinstance(p, DTensor), f"{name} was not sharded"

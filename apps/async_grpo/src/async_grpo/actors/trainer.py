@@ -14,7 +14,7 @@ from replay_buffer import Episode
 from async_grpo.config import SamplingConfig, TrainerConfig
 from async_grpo.grpo import LossStats
 from async_grpo.model import load_policy, load_tokenizer
-from async_grpo.training import grpo_step, learning_rate, to_rollouts
+from async_grpo.training import grpo_step, learning_rate, make_optimizer, to_rollouts
 from async_grpo.weight_sync import WeightUpdate
 
 
@@ -53,12 +53,7 @@ class Trainer(Actor):
         tokenizer = load_tokenizer(model_path)
         self._vocab, self._pad = len(tokenizer), int(tokenizer.pad_token_id or 0)
         self._cfg, self._sampling, self._total = cfg, sampling, total_steps
-        self._opt = torch.optim.AdamW(
-            self._model.parameters(),
-            lr=cfg.lr,
-            weight_decay=cfg.weight_decay,
-            betas=(0.9, cfg.adam_beta2),
-        )
+        self._opt = make_optimizer(self._model.parameters(), cfg)
         self._publisher = Publisher()
         self._version = 0
 
