@@ -226,13 +226,18 @@ async def training_loop(
     the last version."""
     deadline = time.perf_counter() + cfg.max_minutes * 60
     version = 0
+    next_batch = _request_batch(c, cfg, version)
     while version < cfg.steps and time.perf_counter() < deadline:
         # A batch of whole groups, none older than max_policy_age versions; the buffer
         # answers as soon as the episode that completes one arrives.
-        batch = await c.buffer.sample_wait.call_one(version, cfg.trainer.batch_size, 1.0)
+        batch = await next_batch
         if batch is None:
+            next_batch = _request_batch(c, cfg, version)
             continue
         episodes = list(batch.episodes)
+        # The next step's batch is gathered while this one trains: it may only hold episodes
+        # fresh enough for the weights this step produces (version + 1).
+        next_batch = _request_batch(c, cfg, version + 1)
         # Reference log-probs for the KL term, when it is on.
         ref = None
         if c.reference is not None:
@@ -282,7 +287,15 @@ async def training_loop(
         full = metrics.window_full()
         if cfg.stop_at_reward > 0 and full and metrics.reward_window() >= cfg.stop_at_reward:
             break
+    next_batch.cancel()
     return version
+
+
+def _request_batch(c: Components, cfg: RunConfig, version: int) -> asyncio.Future[Any]:
+    """Asks the buffer for a batch for the trainer at `version`; waits at most 1 s there."""
+    return asyncio.ensure_future(
+        c.buffer.sample_wait.call_one(version, cfg.trainer.batch_size, 1.0)
+    )
 
 
 async def train(
