@@ -15,13 +15,13 @@ import contextlib
 import dataclasses
 import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import torch
 from actor_service import Service, ServiceConfig, spawn_service
 from monarch.actor import ProcMesh, this_host
-from replay_buffer import Episode, ReplayBufferActor, ReplayBufferConfig
+from replay_buffer import Episode, ReplayBufferActor, ReplayBufferConfig, SampledBatch
 
 from async_grpo.actors.dataset import DatasetActor
 from async_grpo.actors.generator import Generator
@@ -291,11 +291,14 @@ async def training_loop(
     return version
 
 
-def _request_batch(c: Components, cfg: RunConfig, version: int) -> asyncio.Future[Any]:
+def _request_batch(
+    c: Components, cfg: RunConfig, version: int
+) -> asyncio.Future[SampledBatch | None]:
     """Asks the buffer for a batch for the trainer at `version`; waits at most 1 s there."""
-    return asyncio.ensure_future(
-        c.buffer.sample_wait.call_one(version, cfg.trainer.batch_size, 1.0)
+    call: Awaitable[SampledBatch | None] = c.buffer.sample_wait.call_one(
+        version, cfg.trainer.batch_size, 1.0
     )
+    return asyncio.ensure_future(call)
 
 
 async def train(
