@@ -39,6 +39,15 @@ def test_same_seed_same_weights(tmp_path: Path) -> None:
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
+def test_local_tokenizer_chat_template_passes_the_message_through(tiny_checkpoint: Path) -> None:
+    # The qwen2.5-0.5b preset applies a chat template; with --model.random_weights its
+    # checkpoint's tokenizer is a locally built one, loaded back from disk like this.
+    tok = load_tokenizer(str(tiny_checkpoint))
+    chat = [{"role": "user", "content": "count to 3:"}]
+    text = tok.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+    assert text == "count to 3:"
+
+
 def test_tokenizer_unknown_word_maps_to_unk() -> None:
     tok = build_tokenizer(["count to 3: 1 2 3"])
     assert tok("hello", add_special_tokens=False)["input_ids"] == [tok.unk_token_id]

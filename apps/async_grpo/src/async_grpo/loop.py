@@ -312,6 +312,7 @@ async def train(
     evaluator = Evaluator(c.generator, c.reward, eval_set_for(cfg, prep), metrics)
     rollouts: list[asyncio.Task[None]] = []
     sync: asyncio.Task[None] | None = None
+    trainer: asyncio.Task[int] | None = None
     try:
         # Generators start from exactly the weights the trainer holds (version 0).
         await sync_weights(c, await c.trainer.publish_initial())
@@ -348,11 +349,11 @@ async def train(
     finally:
         versions.stop = True
         evaluator.cancel()
-        await _cancel([*rollouts, *([sync] if sync is not None else [])])
+        await _cancel([*rollouts, *(t for t in (sync, trainer) if t is not None)])
         await shutdown(c)
 
 
-async def _cancel(tasks: list[asyncio.Task[None]]) -> None:
+async def _cancel(tasks: list[asyncio.Task[Any]]) -> None:
     for t in tasks:
         t.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)

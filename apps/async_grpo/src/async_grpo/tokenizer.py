@@ -21,6 +21,14 @@ from transformers import PreTrainedTokenizerFast
 
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
 
+# The user's messages as they are, nothing around them: a preset that applies a chat
+# template (qwen2.5-0.5b) also runs on a locally built checkpoint (`--model.random_weights`),
+# whose word-level vocabulary has no role markers to put there.
+PASS_THROUGH_CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ message['content'] }}"
+    "{% if not loop.last %}{{ '\n' }}{% endif %}{% endfor %}"
+)
+
 
 def build_tokenizer(corpus: Iterable[str], vocab_size: int = 4096) -> PreTrainedTokenizerFast:
     """Builds a word-level tokenizer from `corpus`, wrapped as a `PreTrainedTokenizerFast`.
@@ -41,6 +49,7 @@ def build_tokenizer(corpus: Iterable[str], vocab_size: int = 4096) -> PreTrained
     fast: PreTrainedTokenizerFast = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
         tokenizer_object=tok, pad_token=PAD, eos_token=EOS, unk_token=UNK
     )
+    fast.chat_template = PASS_THROUGH_CHAT_TEMPLATE
     return fast
 
 
