@@ -1,5 +1,7 @@
 """Config overrides and validation: bad input is an error naming the key, nothing applied."""
 
+import re
+
 import pytest
 from async_grpo.config import ConfigError, RunConfig, apply_overrides, validate
 from async_grpo.presets import PRESETS, tiny
@@ -24,7 +26,8 @@ def test_overrides_set_typed_values_on_a_copy() -> None:
 @pytest.mark.parametrize(
     ("key", "value", "message"),
     [
-        ("trainer.lrr", "1", "unknown config key 'trainer.lrr'"),
+        ("trainer.lrr", "1", "unknown config key 'trainer.lrr' (did you mean 'trainer.lr'?)"),
+        ("sampling.groupsize", "1", "(did you mean 'sampling.group_size'?)"),
         ("nosuch.lr", "1", "unknown config key 'nosuch.lr'"),
         ("trainer", "1", "unknown config key 'trainer'"),
         ("steps.x", "1", "unknown config key 'steps.x'"),
@@ -36,7 +39,7 @@ def test_overrides_set_typed_values_on_a_copy() -> None:
 )
 def test_bad_override_names_the_key_and_applies_nothing(key: str, value: str, message: str) -> None:
     base = tiny()
-    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         apply_overrides(base, {"trainer.lr": "0.5", key: value})
     assert base.trainer.lr == tiny().trainer.lr
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import difflib
 import types
 import typing
 from typing import Any, Literal
@@ -179,15 +180,33 @@ def apply_overrides(cfg: RunConfig, overrides: dict[str, str]) -> RunConfig:
             fields = {f.name for f in dataclasses.fields(target)}  # type: ignore[arg-type]
             child = getattr(target, part) if part in fields else None
             if child is None or not dataclasses.is_dataclass(child):
-                raise ConfigError(f"unknown config key {key!r}")
+                raise _unknown_key(key, cfg)
             target = child
         hints = typing.get_type_hints(type(target))
         if name not in hints or dataclasses.is_dataclass(getattr(target, name)):
-            raise ConfigError(f"unknown config key {key!r}")
+            raise _unknown_key(key, cfg)
         plan.append((target, name, _convert(key, raw, hints[name])))
     for target, name, value in plan:
         setattr(target, name, value)
     return out
+
+
+def config_keys(cfg: object, prefix: str = "") -> list[str]:
+    """Every settable dotted key of a config dataclass (`trainer.lr`, `mode`, ...)."""
+    keys: list[str] = []
+    for f in dataclasses.fields(cfg):  # type: ignore[arg-type]
+        value = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(value):
+            keys += config_keys(value, f"{prefix}{f.name}.")
+        else:
+            keys.append(prefix + f.name)
+    return keys
+
+
+def _unknown_key(key: str, cfg: RunConfig) -> ConfigError:
+    close = difflib.get_close_matches(key, config_keys(cfg), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return ConfigError(f"unknown config key {key!r}{hint}")
 
 
 def validate(cfg: RunConfig) -> None:
