@@ -5,6 +5,7 @@ from pathlib import Path
 import async_grpo.loop
 import pytest
 from async_grpo.cli import build_config, main
+from async_grpo.presets import PRESETS, default_preset
 
 
 @pytest.fixture(autouse=True)
@@ -66,4 +67,10 @@ def test_short_forms_and_equals_syntax() -> None:
 
 def test_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--help"]) == 0
-    assert "uv run async-grpo" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "uv run async-grpo" in out
+    # Every key is listed with the value the default preset gives it, in CLI syntax.
+    cfg = PRESETS[default_preset()]()
+    assert f"\n  --trainer.lr {cfg.trainer.lr}\n" in out
+    assert f"\n  --trainer.scale_by_std {str(cfg.trainer.scale_by_std).lower()}\n" in out
+    assert f"\n  --buffer.max_policy_age {cfg.buffer.max_policy_age}\n" in out

@@ -10,7 +10,7 @@ reference model when the KL term is on), each in its own process, and trains unt
     uv run async-grpo --trainer.lr 1e-4 --sampling.group_size 8
     uv run async-grpo --preset qwen2.5-0.5b --model /path/to/Qwen2.5-0.5B-Instruct
 
-Every config field can be set as `--section.field value` (see `config.py`); `--mode`,
+Every config field can be set as `--section.field value` (all listed below); `--mode`,
 `--model` (= model.path), `--steps`, `--seed` are short forms. An unknown key, a value of the
 wrong type or out of range is an error before any process starts.
 """
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import sys
 import time
 from pathlib import Path
@@ -26,7 +27,7 @@ from pathlib import Path
 from tqdm import tqdm  # type: ignore[import-untyped]
 
 from async_grpo.actors.trainer import TrainResult
-from async_grpo.config import ConfigError, RunConfig, apply_overrides
+from async_grpo.config import ConfigError, RunConfig, apply_overrides, config_keys
 from async_grpo.loop import train
 from async_grpo.metrics import MetricsSink, RunMetrics, StepRow
 from async_grpo.prepare import Prepared, prepare
@@ -202,10 +203,23 @@ def print_summary(s: Summary, window: int, metrics_path: str) -> None:
     )
 
 
+def help_settings() -> str:
+    """The presets, and every key with its value in the preset this host defaults to."""
+    preset = default_preset()
+    cfg = PRESETS[preset]()
+    lines = [f"Presets: {', '.join(PRESETS)} (default here: {preset}). Its settings:"]
+    for key in config_keys(cfg):
+        value: object = functools.reduce(getattr, key.split("."), cfg)
+        shown = str(value).lower() if isinstance(value, bool) else str(value) or "''"
+        lines.append(f"  --{key} {shown}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args and args[0] in ("-h", "--help"):
         print(__doc__)
+        print(help_settings())
         return 0
     try:
         cfg = build_config(args)
