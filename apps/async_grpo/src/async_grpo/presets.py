@@ -49,8 +49,9 @@ def tiny() -> RunConfig:
         # Measured in apps/async_grpo/README.md ("Why these settings"): without the entropy
         # bonus the policy turns deterministic (entropy ~0.01 nats/token) before it can tell
         # N = 4, 5, 6 apart and stops after "3" or "4" for all of them; without the decay,
-        # late updates can flip an answer it had right (count to 2: -> 1 2 3); beta2 0.99
-        # bounds the size of an Adam step after a quiet stretch of uniform groups.
+        # late updates can flip an answer it had right (count to 2: -> 1 2 3). beta2 0.99 is
+        # meant to bound the Adam step after a quiet stretch of uniform groups; the sweeps
+        # could not tell it from 0.999.
         trainer=TrainerConfig(
             lr=3e-4,
             adam_beta2=0.99,
