@@ -11,7 +11,7 @@ import time
 
 import pytest
 from monarch.actor import ProcMesh, this_host
-from rdma_tensor import Manifest, PublisherConfig, Transport
+from rdma_tensor import PublisherConfig, Transport
 from sync_actors import Generator, Outcome, Trainer
 
 
@@ -39,19 +39,11 @@ async def test_pull_fails_fast_and_cleanly_when_the_publisher_is_killed_mid_publ
                 await trainer.publish.call_one(version)
         _, rollbacks_before = await generator.pipeline_stats.call_one()
         half = await trainer.stage_first_bucket.call_one(4)
-        pending = asyncio.ensure_future(_pull(generator, half, transport))
+        pending = asyncio.ensure_future(
+            generator.try_pull.call_one(half, transport=transport, timeout_s=60)
+        )
         await asyncio.sleep(1.0)  # the generator is now waiting for version 4 to complete
-        assert not pending.done()
-        pid = await trainer.pid.call_one()
-        killed_at = time.monotonic()
-        os.kill(pid, signal.SIGKILL)
-        outcome = await pending
-        waited = time.monotonic() - killed_at
-        print(f"pull failed {waited:.3f}s after the kill ({transport.value}, {pipelined=})")
-        assert outcome.error == "PublisherDiedError", outcome
-        assert f"pid {pid}" in outcome.message
-        assert "died" in outcome.message
-        assert waited < 10.0, f"noticed the dead publisher only after {waited:.1f}s"
+        pid = await _kill_while_pending(trainer, pending, f"{transport.value}, {pipelined=}")
         assert await generator.holds.call_one(1)  # the last good version, untouched
         _, rollbacks = await generator.pipeline_stats.call_one()
         assert rollbacks - rollbacks_before == (1 if pipelined else 0)
@@ -61,8 +53,23 @@ async def test_pull_fails_fast_and_cleanly_when_the_publisher_is_killed_mid_publ
         await doomed.stop()
 
 
-async def _pull(generator: Generator, manifest: Manifest, transport: Transport) -> Outcome:
-    return await generator.try_pull.call_one(manifest, transport=transport, timeout_s=60)
+async def _kill_while_pending(
+    trainer: Trainer, pending: asyncio.Future[Outcome], label: str
+) -> int:
+    """SIGKILLs the trainer while `pending` (a pull) still waits; checks that the pull then
+    fails within 10 s with `PublisherDiedError` naming the dead pid. Returns the pid."""
+    assert not pending.done()
+    pid: int = await trainer.pid.call_one()
+    killed_at = time.monotonic()
+    os.kill(pid, signal.SIGKILL)
+    outcome = await pending
+    waited = time.monotonic() - killed_at
+    print(f"pull failed {waited:.3f}s after the kill ({label})")
+    assert outcome.error == "PublisherDiedError", outcome
+    assert f"pid {pid}" in outcome.message
+    assert "died" in outcome.message
+    assert waited < 10.0, f"noticed the dead publisher only after {waited:.1f}s"
+    return pid
 
 
 async def test_mapped_weights_outlive_a_killed_publisher(procs: ProcMesh) -> None:
@@ -82,16 +89,7 @@ async def test_mapped_weights_outlive_a_killed_publisher(procs: ProcMesh) -> Non
             generator.try_pull.call_one(good, min_version=2, timeout_s=60)
         )
         await asyncio.sleep(0.5)  # the generator is now waiting for version 2
-        assert not pending.done()
-        pid = await trainer.pid.call_one()
-        killed_at = time.monotonic()
-        os.kill(pid, signal.SIGKILL)
-        outcome = await pending
-        waited = time.monotonic() - killed_at
-        print(f"pull failed {waited:.3f}s after the kill (shm, mapped)")
-        assert outcome.error == "PublisherDiedError", outcome
-        assert f"pid {pid}" in outcome.message
-        assert waited < 10.0, f"noticed the dead publisher only after {waited:.1f}s"
+        pid = await _kill_while_pending(trainer, pending, "shm, mapped")
         assert await generator.is_mapped.call_one()
         assert await generator.holds.call_one(1)  # still readable, still version 1
         again = await generator.try_pull.call_one(good, timeout_s=5)
