@@ -93,3 +93,17 @@ def test_entropy_of_the_sampling_distribution() -> None:
     # Temperature 2 flattens the uniform-by-vocab case not at all: log(3) for 3 equal logits.
     _, flat = token_logprobs_and_entropy(torch.zeros(1, 5), token, 2.0, 1.0, 3)
     assert flat.item() == pytest.approx(math.log(3))
+
+
+def test_entropy_gradient_is_finite_with_top_p() -> None:
+    # Tokens outside the nucleus have log-prob -inf; exp(logp) * logp is masked to 0 in the
+    # forward pass, and its backward must be 0 there too, not NaN.
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0], [0.5, 0.4, -3.0, -3.0]], requires_grad=True)
+    tokens = torch.tensor([0, 1])
+    lp, entropy = token_logprobs_and_entropy(logits, tokens, 1.0, 0.7, 4)
+    (lp.sum() + entropy.sum()).backward()
+    assert logits.grad is not None
+    assert bool(torch.isfinite(logits.grad).all()), logits.grad
+    # Out-of-nucleus logits get no gradient at all; kept ones do.
+    assert logits.grad[0, 2:].tolist() == [0.0, 0.0]
+    assert float(logits.grad[0, :2].abs().sum()) > 0

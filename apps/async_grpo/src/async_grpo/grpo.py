@@ -37,9 +37,11 @@ def group_advantages(
     r = rewards.float().view(-1, group_size)
     centred = r - r.mean(dim=1, keepdim=True)
     if scale_by_std:
-        std = r.std(dim=1, keepdim=True, correction=0)
-        centred = torch.where(std > 0, centred / (std + eps), torch.zeros_like(centred))
-    return centred.reshape(-1)
+        centred = centred / (r.std(dim=1, keepdim=True, correction=0) + eps)
+    # Decided on the rewards themselves, not on a float32 mean or std: those round, and a
+    # group of seven 0.7s would otherwise get a spurious ~0.06 advantage of one sign.
+    uniform = (r == r[:, :1]).all(dim=1, keepdim=True)
+    return torch.where(uniform, torch.zeros_like(centred), centred).reshape(-1)
 
 
 def k3_kl(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:

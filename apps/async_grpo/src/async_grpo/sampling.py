@@ -72,8 +72,11 @@ def token_logprobs_and_entropy(
     those positions: how much the policy still explores there."""
     dist = masked_logits(logits, temperature, top_p, vocab_size, keep=tokens)
     logp = torch.log_softmax(dist, dim=-1)
-    # Tokens outside the nucleus have probability 0 and log-prob -inf: they add 0.
-    plogp = torch.where(torch.isfinite(logp), logp.exp() * logp, torch.zeros_like(logp))
+    # Tokens outside the nucleus have probability 0 and log-prob -inf: they add 0. The -inf
+    # is replaced before the product, not after: masking exp(logp) * logp afterwards hides the
+    # forward NaN (0 * -inf) but not the backward one, which reached every weight.
+    finite_logp = torch.where(torch.isfinite(logp), logp, torch.zeros_like(logp))
+    plogp = logp.exp() * finite_logp
     return logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1), -plogp.sum(-1)
 
 
