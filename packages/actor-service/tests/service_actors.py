@@ -94,6 +94,20 @@ class BrokenInit(Actor):
         return 1
 
 
+class StartsOnce(Actor):
+    """Starts the first time; every later start (a restart) raises in `__init__`."""
+
+    def __init__(self, marker: str) -> None:
+        if os.path.exists(marker):
+            raise RuntimeError("refusing to start twice")
+        with open(marker, "w"):
+            pass
+
+    @endpoint
+    async def pid(self) -> int:
+        return os.getpid()
+
+
 class Caller(Actor):
     """Another actor that uses a service through the handle it was given."""
 

@@ -5,6 +5,7 @@
     await svc.update_weights.fanout(version)           # every healthy replica
     async with svc.session() as s:                     # the same replica, turn after turn
         await s.generate.route(turn)
+    svc.add_listener(print)                            # replica died / up / gave_up
     print(svc.status())
     await svc.shutdown()
 
@@ -21,6 +22,7 @@ from actor_service.errors import (
     ServiceError,
     ServiceOverloadedError,
 )
+from actor_service.events import ReplicaEvent
 from actor_service.handle import ServiceHandle
 from actor_service.metrics import ReplicaStatus, ServiceStatus
 from actor_service.routers import LeastLoaded, ReplicaView, RoundRobin, Router, Sticky
@@ -32,6 +34,7 @@ __all__ = [
     "LeastLoaded",
     "NoHealthyReplicaError",
     "ReplicaDiedError",
+    "ReplicaEvent",
     "ReplicaStartError",
     "ReplicaStatus",
     "ReplicaView",

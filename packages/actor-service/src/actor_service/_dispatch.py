@@ -187,7 +187,9 @@ class Dispatcher:
             return
         out_of_restarts = replica.counters.restarts >= self._config.max_restarts
         replica.state = ReplicaState.FAILED if out_of_restarts else ReplicaState.RESTARTING
-        replica.last_error = reason
+        replica.last_error = replica.death_reason = reason
+        replica.died_at = time.time()
+        replica.counters.deaths += 1
         if replica in self._healthy:  # not yet announced if it died during spawn_service
             self._healthy.remove(replica)
         lost, backlog = list(replica.active), list(replica.backlog)

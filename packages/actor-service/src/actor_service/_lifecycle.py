@@ -22,6 +22,7 @@ from actor_service._supervisor import (
 )
 from actor_service.config import ServiceConfig
 from actor_service.errors import ReplicaStartError
+from actor_service.events import Listeners
 from actor_service.replica import Replica, ReplicaState
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,8 @@ async def construction_error(mesh: Any) -> str | None:
 
 class Launcher:
     """Owns the supervisor actor; starts replicas, restarts dead ones with exponential
-    backoff up to `max_restarts`, and stops everything at shutdown."""
+    backoff up to `max_restarts` (telling `events` when one is up again or given up), and
+    stops everything at shutdown."""
 
     def __init__(
         self,
@@ -60,8 +62,11 @@ class Launcher:
         actor_cls: type[Actor],
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
+        *,
+        events: Listeners,
     ) -> None:
         self._config = config
+        self._events = events
         self._replicas = replicas
         self._actor_cls = actor_cls
         self._args = args
@@ -146,8 +151,11 @@ class Launcher:
                 log.warning("%s", e)
                 continue
             self._dispatcher.replica_up(replica)
+            if replica.healthy:  # else it died again at once, and that death was told
+                self._events.emit(replica, "up")
             return
         replica.state = ReplicaState.FAILED
+        self._events.emit(replica, "gave_up")
         self._dispatcher.check_hopeless()
 
     def _stop_later(self, index: int, generation: int) -> None:

@@ -25,6 +25,7 @@ class ReplicaCounters:
     failed: int = 0
     lost: int = 0
     restarts: int = 0
+    deaths: int = 0
     latencies_ms: deque[float] = field(default_factory=lambda: deque(maxlen=LATENCY_WINDOW))
 
     def latency_percentiles(self) -> tuple[float, float]:
@@ -43,6 +44,8 @@ class ReplicaStatus:
     pids: process ids of the replica's processes, rank order; empty while it is down.
     completed / failed / lost: calls answered with a result / with an error raised by the
         endpoint's code / cut off by the replica's death (they may have been retried).
+    restarts: restart attempts of this slot, failed ones included (at most `max_restarts`).
+    deaths: times a started replica in this slot died (its process or actor failed).
     p50_ms / p99_ms: latency of answered calls over the recent window, send to answer.
     """
 
@@ -56,6 +59,7 @@ class ReplicaStatus:
     failed: int
     lost: int
     restarts: int
+    deaths: int
     p50_ms: float
     p99_ms: float
     last_error: str | None
@@ -104,6 +108,10 @@ class ServiceStatus:
     def restarts(self) -> int:
         return sum(r.restarts for r in self.replicas)
 
+    @property
+    def deaths(self) -> int:
+        return sum(r.deaths for r in self.replicas)
+
     def __str__(self) -> str:
         head = (
             f"service {self.name}: {self.healthy}/{len(self.replicas)} healthy, "
@@ -113,7 +121,7 @@ class ServiceStatus:
         rows = [
             f"  [{r.index}] {r.state:<10} gen {r.generation} pids {list(r.pids)} "
             f"in-flight {r.in_flight} queued {r.queued} done {r.completed} "
-            f"failed {r.failed} lost {r.lost} restarts {r.restarts} "
+            f"failed {r.failed} lost {r.lost} deaths {r.deaths} restarts {r.restarts} "
             f"p50 {r.p50_ms:.2f} ms p99 {r.p99_ms:.2f} ms"
             for r in self.replicas
         ]

@@ -38,6 +38,8 @@ class Replica:
         self.backlog: deque[Request] = deque()
         self.counters = ReplicaCounters()
         self.last_error: str | None = None
+        self.died_at: float | None = None  # time.time() of the last death
+        self.death_reason: str | None = None  # Monarch's report of the last death
         self.restart_task: asyncio.Task[None] | None = None
         self._rank0 = {mesh_dim: 0}
         self._single = procs == 1
@@ -92,6 +94,7 @@ class Replica:
             failed=self.counters.failed,
             lost=self.counters.lost,
             restarts=self.counters.restarts,
+            deaths=self.counters.deaths,
             p50_ms=p50,
             p99_ms=p99,
             last_error=self.last_error,

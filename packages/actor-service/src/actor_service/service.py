@@ -6,7 +6,7 @@ import asyncio
 import contextvars
 import copy
 import logging
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
@@ -18,9 +18,10 @@ from actor_service._request import OMITTED, Request
 from actor_service.config import ServiceConfig
 from actor_service.endpoint import EndpointAccess, Session, endpoint_table
 from actor_service.errors import NoHealthyReplicaError
+from actor_service.events import Listeners, ReplicaEvent
 from actor_service.handle import ServiceHandle, open_front, unregister
 from actor_service.metrics import ServiceStatus, percentile
-from actor_service.replica import Replica
+from actor_service.replica import Replica, ReplicaState
 from actor_service.routers import supports_sessions
 
 log = logging.getLogger(__name__)
@@ -48,7 +49,10 @@ class Service(EndpointAccess, Generic[A]):
             Replica(i, config.max_in_flight_per_replica, config.procs_per_replica, dim)
             for i in range(config.replicas)
         ]
-        self._launcher = Launcher(config, self._replicas, actor_cls, args, dict(kwargs))
+        self._events = Listeners(config.name)
+        self._launcher = Launcher(
+            config, self._replicas, actor_cls, args, dict(kwargs), events=self._events
+        )
         self._dispatcher: Dispatcher | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._context: contextvars.Context | None = None
@@ -57,11 +61,15 @@ class Service(EndpointAccess, Generic[A]):
         self._init_endpoints(self, table)
 
     # ------------------------------------------------------------------ lifecycle
+    def _died(self, replica: Replica) -> None:
+        self._events.emit(replica, "died")
+        self._launcher.restart_later(replica)
+        if replica.state is ReplicaState.FAILED:  # died with its restart budget spent
+            self._events.emit(replica, "gave_up")
+
     async def _start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self._dispatcher = Dispatcher(
-            self._config, self._replicas, self._router, self._launcher.restart_later
-        )
+        self._dispatcher = Dispatcher(self._config, self._replicas, self._router, self._died)
         self._launcher.open(self._dispatcher)
         self._context = contextvars.copy_context()  # after Monarch set the current actor
         results = await asyncio.gather(
@@ -110,10 +118,6 @@ class Service(EndpointAccess, Generic[A]):
         return self._config
 
     @property
-    def actor_class(self) -> type[A]:
-        return self._actor_cls
-
-    @property
     def name(self) -> str:
         return self._config.name
 
@@ -126,6 +130,14 @@ class Service(EndpointAccess, Generic[A]):
                 "sessions on a replica; use Sticky(fallback=...) as ServiceConfig.router"
             )
         return Session(self, self._table)
+
+    def add_listener(self, listener: Callable[[ReplicaEvent], None]) -> None:
+        """Calls `listener(event)` for every later `ReplicaEvent`: a replica "died", is
+        "up" again after a restart, or "gave_up" (restart budget spent). It runs on the
+        service's event loop (in the process that spawned the service), in the order the
+        events happened; it must not block. One that raises is logged and changes nothing
+        else. `TypeError` for something that is not a plain (non-async) callable."""
+        self._events.add(listener)
 
     def status(self) -> ServiceStatus:
         """A snapshot of every replica's state, load and counters."""
