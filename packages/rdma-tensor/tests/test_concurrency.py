@@ -119,7 +119,7 @@ async def test_pipelined_pull_copies_buckets_as_they_are_staged() -> None:
     subscriber = Subscriber(into)  # knows it holds version 1, so it can fall back on it
     await subscriber.pull(first)
     slot, second, tensors = publisher._begin(version_state(2), 2)
-    n_buckets = len(first.layout.bucket_nbytes)
+    n_buckets = len(first.bucket_layout.bucket_nbytes)
     marked: list[float] = []
 
     def stage() -> None:

@@ -17,7 +17,7 @@ from rdma_tensor import (
     TransportError,
     share,
 )
-from rdma_tensor.transport import transport_override
+from rdma_tensor.lowlevel import check_owner, choose_transport, local_tensor, transport_override
 from sync_actors import Owner, Reader
 
 DATA = {
@@ -144,6 +144,33 @@ def test_environment_override(monkeypatch: pytest.MonkeyPatch) -> None:
         transport_override()
     with pytest.raises(ValueError, match="RDMA_TENSOR_TRANSPORT"):
         SharedTensor(torch.zeros(2))
+
+
+def test_lowlevel_helpers_see_the_owners_memory_until_it_closes() -> None:
+    data = torch.arange(6.0)
+    shared = share(data)
+    handle = shared.handle
+    assert choose_transport(handle) is Transport.SHM
+    check_owner(handle.owner)  # open: returns
+    flat = local_tensor(handle)
+    assert torch.equal(flat, data)
+    data.add_(1)  # the owner's memory itself, not a copy
+    assert torch.equal(local_tensor(handle), torch.arange(1.0, 7.0))
+    shared.close()
+    with pytest.raises(PublisherClosedError):
+        check_owner(handle.owner)
+    with pytest.raises(PublisherClosedError):
+        local_tensor(handle)
+
+
+def test_plumbing_is_not_in_the_top_level_api() -> None:
+    import rdma_tensor  # noqa: PLC0415
+    import rdma_tensor.lowlevel  # noqa: PLC0415
+
+    plumbing = {"check_owner", "choose_transport", "local_tensor", "transport_override"}
+    assert not plumbing & set(rdma_tensor.__all__)
+    assert plumbing <= set(rdma_tensor.lowlevel.__all__)
+    assert "Layout" not in rdma_tensor.__all__  # bucket packing is `manifest.BucketLayout`
 
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

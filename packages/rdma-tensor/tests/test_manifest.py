@@ -19,10 +19,10 @@ def test_manifests_round_trip_and_reuse_the_decoded_layout() -> None:
         got = [pickle.loads(pickle.dumps(m)) for m in (a1, a2, b1)]
         assert got == [a1, a2, b1]
         assert [m.version for m in got] == [1, 2, 1]
-        assert got[0].layout is got[1].layout  # decoded once, shared
-        assert got[0].layout is not got[2].layout
-        assert len(got[0].layout.bucket_nbytes) > 1
-        assert len(got[2].layout.bucket_nbytes) == 1
+        assert got[0].bucket_layout is got[1].bucket_layout  # decoded once, shared
+        assert got[0].bucket_layout is not got[2].bucket_layout
+        assert len(got[0].bucket_layout.bucket_nbytes) > 1
+        assert len(got[2].bucket_layout.bucket_nbytes) == 1
         relayed = pickle.loads(pickle.dumps(got[1]))  # a relaying process re-sends as is
         assert relayed == a2
     finally:

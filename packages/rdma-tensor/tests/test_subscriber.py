@@ -20,10 +20,10 @@ from rdma_tensor import (
     SlotsBusyError,
     StaleVersionError,
     Subscriber,
-    TensorEntry,
     _lease,
     pull,
 )
+from rdma_tensor.manifest import TensorEntry
 from rdma_tensor.subscriber import _swap
 from sync_actors import SHAPES, make_module, matches, version_state
 
@@ -170,3 +170,20 @@ async def test_bad_arguments(publisher: Publisher) -> None:
     assert subscriber.version is None
     assert not subscriber.mapped
     assert not any(t.any() for t in model.state_dict().values())
+
+
+async def test_release_is_accepted_and_changes_nothing(publisher: Publisher) -> None:
+    """`Publisher.release(version)` exists for symmetry with dtensor-reshard's publisher:
+    slots are reused by leases alone, so releasing neither frees nor invalidates anything."""
+    first = publisher.publish(version_state(1), 1)
+    publisher.release(1)
+    into = {n: torch.zeros(s) for n, s in SHAPES.items()}
+    assert (await pull(first, into=into)).version == 1  # still readable after release
+    assert matches(into, 1)
+    second = publisher.publish(version_state(2), 2)
+    publisher.release(2)
+    assert (await pull(second, into=into)).version == 2
+    assert matches(into, 2)
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="non-negative int"):
+            publisher.release(bad)  # type: ignore[arg-type]

@@ -42,7 +42,7 @@ async def test_round_trip_is_bit_exact(procs: ProcMesh, transport: Transport) ->
         assert outcome.result.changed
         assert outcome.result.nbytes == manifest.nbytes
         assert await generator.holds.call_one(version)
-    assert len(manifest.layout.bucket_nbytes) > 1
+    assert len(manifest.bucket_layout.bucket_nbytes) > 1
     # Pulling the version it already holds copies nothing.
     outcome = await generator.try_pull.call_one(manifest, transport=transport)
     assert outcome.result is not None

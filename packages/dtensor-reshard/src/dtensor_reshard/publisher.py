@@ -19,7 +19,8 @@ import uuid
 from collections.abc import Mapping
 
 import torch
-from rdma_tensor import SharedTensor, TensorHandle, Transport, share, transport_override
+from rdma_tensor import SharedTensor, TensorHandle, Transport, share
+from rdma_tensor.lowlevel import transport_override
 
 from dtensor_reshard.errors import ReshardError
 from dtensor_reshard.exports import LOCAL_SOURCES, SourceExport, local_shards

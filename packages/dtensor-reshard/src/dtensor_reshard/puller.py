@@ -7,7 +7,8 @@ import time
 from collections.abc import Mapping, Sequence
 
 import torch
-from rdma_tensor import TensorHandle, Transport, check_owner, choose_transport, local_tensor
+from rdma_tensor import TensorHandle, Transport
+from rdma_tensor.lowlevel import check_owner, choose_transport, local_tensor
 
 from dtensor_reshard.errors import ReshardError
 from dtensor_reshard.exports import LOCAL_SOURCES, PullStats, SourceExport, local_shards

@@ -10,7 +10,11 @@ RDMA across machines).
 
     shared = share(tensor)                          # raw handles: owner
     await shared.handle.read_into(dst)              # any reader
-    local_tensor(shared.handle)                     # a reader on the owner's machine: no copy
+
+The parts of a manifest (`BucketLayout`, `TensorEntry`, `SlotRef`) live in
+`rdma_tensor.manifest`; the building blocks for libraries that plan their own reads on
+handles (`check_owner`, `choose_transport`, `local_tensor`, `transport_override`) in
+`rdma_tensor.lowlevel`.
 """
 
 from rdma_tensor.actors import WeightPublisher, WeightSubscriber
@@ -24,26 +28,16 @@ from rdma_tensor.errors import (
     StaleVersionError,
     TransportError,
 )
-from rdma_tensor.handle import (
-    ReadResult,
-    SharedTensor,
-    TensorHandle,
-    check_owner,
-    choose_transport,
-    local_tensor,
-    share,
-)
-from rdma_tensor.manifest import Layout, Manifest, SlotRef, TensorEntry
+from rdma_tensor.handle import ReadResult, SharedTensor, TensorHandle, share
+from rdma_tensor.manifest import Manifest
 from rdma_tensor.publish import Publisher, PublisherConfig
 from rdma_tensor.pull import pull
 from rdma_tensor.subscriber import PullResult, Subscriber, SyncMode
-from rdma_tensor.transport import ENV_VAR, Transport, transport_override
+from rdma_tensor.transport import Transport
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "ENV_VAR",
-    "Layout",
     "Manifest",
     "MismatchError",
     "Publisher",
@@ -55,21 +49,15 @@ __all__ = [
     "RdmaTensorError",
     "ReadResult",
     "SharedTensor",
-    "SlotRef",
     "SlotsBusyError",
     "StaleVersionError",
     "Subscriber",
     "SyncMode",
-    "TensorEntry",
     "TensorHandle",
     "Transport",
     "TransportError",
     "WeightPublisher",
     "WeightSubscriber",
-    "check_owner",
-    "choose_transport",
-    "local_tensor",
     "pull",
     "share",
-    "transport_override",
 ]

@@ -39,11 +39,6 @@ def leased_bytes(files: Collection[FdRef] | None = None) -> int:
     return sum(n for n, file in _live.values() if files is None or file in files)
 
 
-def leased_count() -> int:
-    """Live leases in this process (one per mapped version still referenced)."""
-    return len(_live)
-
-
 def _release(holder: Any, _close: Any = os.close, _live: dict[int, Any] = _live) -> None:
     # Defaults bind what it needs: at interpreter exit module globals may be gone already.
     fd = holder.__dict__.pop("fd", None)

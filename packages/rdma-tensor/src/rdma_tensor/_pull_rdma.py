@@ -68,7 +68,7 @@ async def pull_rdma(manifest: Manifest, plan: Plan, goal: Goal) -> Outcome:
             ) from e
 
     headers_raw = [torch.empty(HEADER_BYTES, dtype=torch.uint8) for _ in manifest.slots]
-    scratch = [torch.empty(n, dtype=torch.uint8) for n in manifest.layout.bucket_nbytes]
+    scratch = [torch.empty(n, dtype=torch.uint8) for n in manifest.bucket_layout.bucket_nbytes]
     retries, backoff = 0, 0.001
     while True:
         if local:

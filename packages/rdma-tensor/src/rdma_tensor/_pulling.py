@@ -47,7 +47,7 @@ def check_destination(
     """Pairs every manifest entry with its destination; lists every misfit at once."""
     if not isinstance(into, Mapping):
         raise TypeError(f"into must be a mapping of name to tensor, got {type(into).__name__}")
-    entries = manifest.layout.entries
+    entries = manifest.bucket_layout.entries
     problems = []
     published = {e.name for e in entries}
     missing = [e.name for e in entries if e.name not in into]

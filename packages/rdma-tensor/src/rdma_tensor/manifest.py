@@ -3,7 +3,7 @@
 A `Manifest` is small (a few hundred bytes per tensor) and travels in actor messages; the
 bytes it describes stay in the publisher's staging memory until a reader pulls them.
 
-Every manifest of one publisher shares its `layout` and `slots`, and unpickling those (dozens
+Every manifest of one publisher shares its `bucket_layout` and `slots`, and unpickling those (dozens
 of entries and Monarch `RDMABuffer`s) is what made a manifest slow to send: about 1 ms per
 hop at 16 buckets on a loaded 2-core machine. So a manifest pickles them as one opaque,
 pre-pickled blob, and each process decodes a publisher's blob once and reuses the objects
@@ -37,8 +37,10 @@ class TensorEntry:
 
 
 @dataclass(frozen=True)
-class Layout:
-    """How a state dict packs into buckets; every version of a publisher shares it.
+class BucketLayout:
+    """How a state dict packs into buckets (byte ranges of a staging slot); every version of a
+    publisher shares it. Not to be confused with `dtensor_reshard.Layout`, which says how a
+    DTensor is sharded over a mesh.
 
     `bucket_nbytes[k]` is bucket k's size in bytes (a multiple of 4096, so each bucket can be
     registered with RDMA on its own); `total_nbytes` is their sum.
@@ -71,36 +73,38 @@ class Manifest:
     publisher_id: str
     version: int
     slot: int
-    layout: Layout
+    bucket_layout: BucketLayout
     slots: tuple[SlotRef, ...]
 
     @property
     def nbytes(self) -> int:
         """Bytes of tensor data (without padding)."""
-        return sum(e.nbytes for e in self.layout.entries)
+        return sum(e.nbytes for e in self.bucket_layout.entries)
 
     @property
     def names(self) -> tuple[str, ...]:
-        return tuple(e.name for e in self.layout.entries)
+        return tuple(e.name for e in self.bucket_layout.entries)
 
     def __reduce__(self) -> tuple[object, tuple[object, ...]]:
-        blob = _stream_blob(self.publisher_id, self.layout, self.slots)
+        blob = _stream_blob(self.publisher_id, self.bucket_layout, self.slots)
         return _rebuild_manifest, (self.publisher_id, self.version, self.slot, blob)
 
 
 # Per publisher: its layout and slots, and their pickled form. A few recent publishers only.
-_streams: OrderedDict[str, tuple[Layout, tuple[SlotRef, ...], bytes]] = OrderedDict()
+_streams: OrderedDict[str, tuple[BucketLayout, tuple[SlotRef, ...], bytes]] = OrderedDict()
 _MAX_STREAMS = 32
 
 
-def _remember(publisher_id: str, layout: Layout, slots: tuple[SlotRef, ...], blob: bytes) -> None:
+def _remember(
+    publisher_id: str, layout: BucketLayout, slots: tuple[SlotRef, ...], blob: bytes
+) -> None:
     _streams[publisher_id] = (layout, slots, blob)
     _streams.move_to_end(publisher_id)
     while len(_streams) > _MAX_STREAMS:
         _streams.popitem(last=False)
 
 
-def _stream_blob(publisher_id: str, layout: Layout, slots: tuple[SlotRef, ...]) -> bytes:
+def _stream_blob(publisher_id: str, layout: BucketLayout, slots: tuple[SlotRef, ...]) -> bytes:
     cached = _streams.get(publisher_id)
     if cached is not None and cached[0] is layout and cached[1] is slots:
         return cached[2]

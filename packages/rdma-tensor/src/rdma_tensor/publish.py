@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rdma_tensor._layout import TensorSpec, plan_layout
+from rdma_tensor._packing import TensorSpec, pack_buckets
 from rdma_tensor._owner import Control
 from rdma_tensor.errors import (
     MismatchError,
@@ -25,7 +25,7 @@ from rdma_tensor.errors import (
     SlotsBusyError,
     StaleVersionError,
 )
-from rdma_tensor.manifest import Layout, Manifest, SlotRef, TensorEntry
+from rdma_tensor.manifest import BucketLayout, Manifest, SlotRef, TensorEntry
 from rdma_tensor.staging import MAX_BUCKETS, StagingSlot
 from rdma_tensor.transport import Transport, transport_override
 
@@ -66,14 +66,15 @@ class PublisherConfig:
 
 
 class Publisher:
-    """Owns the staging slots of one stream of versions of one state-dict layout."""
+    """Owns the staging slots of one stream of versions of one state dict (fixed names, shapes,
+    dtypes and order)."""
 
     def __init__(self, config: PublisherConfig | None = None) -> None:
         self._closed = False
         self._control: Control | None = None
         self._slots: list[StagingSlot] = []
         self._slot_refs: tuple[SlotRef, ...] = ()
-        self._layout: Layout | None = None
+        self._bucket_layout: BucketLayout | None = None
         self._signature: list[tuple[str, torch.dtype, torch.Size]] | None = None
         self._latest: Manifest | None = None
         self.config = config or PublisherConfig()
@@ -98,6 +99,18 @@ class Publisher:
         slot, manifest, tensors = self._begin(state_dict, version)
         self._write(slot, tensors)
         return self._commit(slot, manifest)
+
+    def release(self, version: int) -> None:
+        """Says every subscriber holds `version` or newer. A `Publisher` needs no such word,
+        so this does nothing beyond checking `version`: it reuses a slot only when no
+        same-machine reader leases it, and RDMA readers detect a rewritten slot and retry.
+
+        It exists so that code driving either publisher (this one or
+        `dtensor_reshard.ShardedPublisher`, whose staging is reused only after `release`)
+        can call `publish(state, version)` then `release(version)` without asking which.
+        """
+        if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+            raise ValueError(f"version must be a non-negative int, got {version!r}")
 
     def close(self) -> None:
         """Readers fail from now on; staging memory is freed once readers let go of it.
@@ -132,14 +145,14 @@ class Publisher:
         tensors = self._check(state_dict, version)
         if not self._slots:
             self._allocate()
-        assert self._layout is not None
+        assert self._bucket_layout is not None
         index = self._claim(version)
         slot = self._slots[index]
         manifest = Manifest(
             publisher_id=self.publisher_id,
             version=version,
             slot=index,
-            layout=self._layout,
+            bucket_layout=self._bucket_layout,
             slots=self._slot_refs,  # the same tuple every time: manifests pickle it once
         )
         return slot, manifest, tensors
@@ -152,13 +165,13 @@ class Publisher:
     ) -> None:
         """Copies the tensors in, bucket by bucket, marking each bucket as it completes so
         that waiting readers can start on it (`buckets`: only these, for tests)."""
-        assert self._layout is not None
+        assert self._bucket_layout is not None
         on_cuda = any(t.is_cuda for t in tensors)
         if on_cuda:
             slot.pin()
         version = slot.version
         by_bucket: list[list[tuple[TensorEntry, torch.Tensor]]] = [[] for _ in slot.buckets]
-        for entry, src in zip(self._layout.entries, tensors, strict=True):
+        for entry, src in zip(self._bucket_layout.entries, tensors, strict=True):
             by_bucket[entry.bucket].append((entry, src))
         with torch.no_grad():
             for k, bucket in enumerate(slot.buckets):
@@ -203,17 +216,17 @@ class Publisher:
         if signature == self._signature:  # the common case, checked cheaply
             return list(tensors.values())
         specs = [TensorSpec(n, dtype, tuple(shape)) for n, dtype, shape in signature]
-        if self._layout is None:
-            layout = plan_layout(specs, self.config.bucket_bytes)
+        if self._bucket_layout is None:
+            layout = pack_buckets(specs, self.config.bucket_bytes)
             if len(layout.bucket_nbytes) > MAX_BUCKETS:
                 raise MismatchError(
                     f"{len(layout.bucket_nbytes)} buckets exceed the {MAX_BUCKETS} a slot "
                     "header can track; raise PublisherConfig.bucket_bytes"
                 )
-            self._layout = layout
+            self._bucket_layout = layout
             self._signature = signature
         else:
-            published = [TensorSpec(e.name, e.dtype, e.shape) for e in self._layout.entries]
+            published = [TensorSpec(e.name, e.dtype, e.shape) for e in self._bucket_layout.entries]
             if specs != published:
                 raise MismatchError(
                     "state dict differs from the layout fixed by the first publish: "
@@ -223,10 +236,10 @@ class Publisher:
         return list(tensors.values())
 
     def _allocate(self) -> None:
-        assert self._layout is not None
+        assert self._bucket_layout is not None
         self._control = Control()
         self._slots = [
-            StagingSlot(self._layout, self._control.owner, self._forced)
+            StagingSlot(self._bucket_layout, self._control.owner, self._forced)
             for _ in range(self.config.slots)
         ]
         self._slot_refs = tuple(s.ref for s in self._slots)

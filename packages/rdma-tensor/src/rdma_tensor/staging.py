@@ -27,7 +27,7 @@ import torch
 from rdma_tensor import _rdma, _shm
 from rdma_tensor._owner import Owner
 from rdma_tensor.handle import make_handle
-from rdma_tensor.manifest import Layout, SlotRef
+from rdma_tensor.manifest import BucketLayout, SlotRef
 from rdma_tensor.transport import Transport
 
 HEADER_BYTES = 4096
@@ -73,7 +73,7 @@ def bucket_version(header: torch.Tensor, bucket: int) -> int:
 class StagingSlot:
     """The publisher's side of one slot."""
 
-    def __init__(self, layout: Layout, owner: Owner, forced: Transport | None) -> None:
+    def __init__(self, layout: BucketLayout, owner: Owner, forced: Transport | None) -> None:
         self.segment = _shm.new_segment(HEADER_BYTES + layout.total_nbytes)
         self._fd = _shm.export_cpu(self.segment).file.fd  # this process's fd, for leases
         self._words = self.segment[:HEADER_BYTES].view(torch.int64)

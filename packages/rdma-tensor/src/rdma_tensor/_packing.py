@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rdma_tensor.manifest import Layout, TensorEntry
+from rdma_tensor.manifest import BucketLayout, TensorEntry
 
 ENTRY_ALIGN = 64  # a cache line; also satisfies every dtype's alignment for `view(dtype)`
 BUCKET_ALIGN = 4096  # a page, so every bucket can be registered for RDMA on its own
@@ -31,14 +31,14 @@ def _round_up(n: int, k: int) -> int:
     return (n + k - 1) // k * k
 
 
-def plan_layout(specs: Sequence[TensorSpec], bucket_bytes: int) -> Layout:
+def pack_buckets(specs: Sequence[TensorSpec], bucket_bytes: int) -> BucketLayout:
     """Greedy packing in the given order: a bucket closes when the next tensor would push it
     past `bucket_bytes`; a tensor larger than that gets a bucket of its own.
     """
     if bucket_bytes <= 0:
         raise ValueError(f"bucket_bytes must be positive, got {bucket_bytes}")
     if not specs:
-        raise ValueError("cannot plan a layout for an empty state dict")
+        raise ValueError("cannot pack an empty state dict into buckets")
     entries: list[TensorEntry] = []
     sizes: list[int] = []
     bucket, used = 0, 0
@@ -50,4 +50,4 @@ def plan_layout(specs: Sequence[TensorSpec], bucket_bytes: int) -> Layout:
         entries.append(TensorEntry(spec.name, spec.dtype, spec.shape, bucket, offset, spec.nbytes))
         used = offset + spec.nbytes
     sizes.append(_round_up(max(used, 1), BUCKET_ALIGN))
-    return Layout(tuple(entries), tuple(sizes))
+    return BucketLayout(tuple(entries), tuple(sizes))
