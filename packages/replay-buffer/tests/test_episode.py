@@ -137,6 +137,13 @@ def test_bad_field_is_refused_by_name(
     assert message in str(info.value)
 
 
-def test_logprobs_equal_to_zero_are_valid() -> None:
+def test_logprobs_equal_to_zero_are_valid_and_the_bound_is_exactly_zero() -> None:
     # A token sampled with probability 1 has log-probability exactly 0.
-    Episode(**fields(behavior_logprobs=torch.tensor([0.0, -0.0])))
+    e = Episode(**fields(behavior_logprobs=torch.tensor([0.0, -0.0])))
+    assert e.behavior_logprobs.tolist() == [0.0, 0.0]
+    assert torch.signbit(e.behavior_logprobs).tolist() == [False, True]  # kept as given
+    # The smallest positive float32 (a subnormal) is already out of range.
+    tiny = torch.nextafter(torch.zeros(1), torch.ones(1))
+    assert tiny.item() > 0.0
+    with pytest.raises(ValueError, match=r"behavior_logprobs must be .*\(<= 0\), got min=0\.0"):
+        Episode(**fields(behavior_logprobs=torch.cat([torch.zeros(1), tiny])))
