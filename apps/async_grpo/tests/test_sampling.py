@@ -1,13 +1,15 @@
 """Sampling: shapes, stopping, and log-probs that the trainer's recomputation reproduces."""
 
+import itertools
 import math
 from pathlib import Path
 
 import pytest
 import torch
-from async_grpo.batching import Rollout, pack, sequence_logprobs
+from async_grpo.batching import pack, sequence_logprobs
 from async_grpo.config import SamplingConfig
 from async_grpo.model import load_policy, load_tokenizer
+from async_grpo.rollout import to_episodes
 from async_grpo.sampling import (
     generate,
     masked_logits,
@@ -47,16 +49,18 @@ def test_generate_logprobs_match_trainer_recomputation(tiny_checkpoint: Path, to
     for c in completions:
         assert c.policy_version == 7
         assert 1 <= len(c.response_ids) <= 6
-        assert len(c.logprobs) == len(c.response_ids)
+        assert len(c.behavior_logprobs) == len(c.response_ids)
         assert c.finished == (c.response_ids[-1] == tok.eos_token_id)
         assert tok.eos_token_id not in c.response_ids[:-1]
-        assert all(lp <= 0 for lp in c.logprobs)
+        assert all(lp <= 0 for lp in c.behavior_logprobs)
     assert groups[1][0].prompt_ids == tok("count to 12:", add_special_tokens=False)["input_ids"]
-    rollouts = [Rollout(c.prompt_ids, c.response_ids, c.logprobs, 0.0) for c in completions]
-    batch = pack(rollouts, pad_id=tok.pad_token_id)
+    assert [g[0].prompt for g in groups] == prompts
+    # The path a sample takes: completions -> the buffer's episodes -> a padded batch.
+    episodes = to_episodes(groups, [0.0, 1.0, 0.5] * 3, itertools.count())
+    batch = pack(episodes, pad_id=tok.pad_token_id)
     with torch.no_grad():
         recomputed = sequence_logprobs(model, batch, cfg.temperature, cfg.top_p, len(tok))
-    torch.testing.assert_close(recomputed, batch.behaviour_logprobs, atol=1e-4, rtol=0)
+    torch.testing.assert_close(recomputed, batch.behavior_logprobs, atol=1e-4, rtol=0)
 
 
 def test_generate_is_reproducible_with_a_generator(tiny_checkpoint: Path) -> None:

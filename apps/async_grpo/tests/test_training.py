@@ -6,14 +6,13 @@ import math
 
 import pytest
 import torch
-from async_grpo.batching import Rollout
 from async_grpo.config import TrainerConfig
 from async_grpo.evaluation import score_eval
 from async_grpo.grpo import LossConfig, grpo_loss
 from async_grpo.metrics import batch_diagnostics
 from async_grpo.sampling import Completion
 from async_grpo.tasks import Sample, eval_set
-from async_grpo.training import add_stats, learning_rate, rank_slice
+from async_grpo.training import add_stats, learning_rate, rank_rows
 from replay_buffer import Episode
 
 
@@ -34,20 +33,13 @@ def test_cosine_schedule_hand_computed() -> None:
     assert learning_rate(cfg, total + 100, total) == pytest.approx(0.1)  # stays at the floor
 
 
-def rollouts(n: int, lengths: list[int] | None = None) -> list[Rollout]:
-    lengths = lengths or [1] * n
-    return [Rollout([1], [2] * k, [0.0] * k, float(i)) for i, k in enumerate(lengths)]
-
-
-def test_rank_slices_are_contiguous_whole_groups_covering_the_batch() -> None:
-    batch = rollouts(5 * 3)  # 5 groups of 3
-    parts = [rank_slice(batch, 3, r, 2) for r in range(2)]
-    assert [len(p) for p in parts] == [9, 6]  # 3 groups, then 2
-    assert [x.advantage for p in parts for x in p] == [x.advantage for x in batch]
+def test_rank_rows_are_contiguous_whole_groups_covering_the_batch() -> None:
+    parts = [rank_rows(5 * 3, 3, r, 2) for r in range(2)]  # 5 groups of 3 over 2 ranks
+    assert parts == [slice(0, 9), slice(9, 15)]  # 3 groups, then 2
     with pytest.raises(ValueError, match="at least 3 whole groups"):
-        rank_slice(rollouts(2 * 3), 3, 0, 3)
+        rank_rows(2 * 3, 3, 0, 3)
     with pytest.raises(ValueError, match="whole groups"):
-        rank_slice(rollouts(7), 3, 0, 2)
+        rank_rows(7, 3, 0, 2)
 
 
 def test_ranks_losses_add_up_to_the_whole_batch() -> None:
@@ -81,7 +73,7 @@ def test_eval_set_covers_every_n_once() -> None:
 
 
 def completion(text: str, version: int = 7) -> Completion:
-    return Completion([1], [2], [-0.5], text, True, version)
+    return Completion("p", text, [1], [2], [-0.5], True, version)
 
 
 def test_score_eval_weighs_every_prompt_the_same() -> None:

@@ -1,7 +1,7 @@
 """Turning episodes into padded tensors, and recomputing their log-probs with a model.
 
 The trainer and the reference model both call `sequence_logprobs`; it goes through
-`sampling.token_logprobs`, the same distribution the generator sampled from.
+`sampling.token_logprobs_and_entropy`, the same distribution the generator sampled from.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import dataclasses
 from collections.abc import Sequence
 
 import torch
+from replay_buffer import Episode
 from torch import Tensor
 from transformers import PreTrainedModel
 
@@ -17,35 +18,22 @@ from async_grpo.sampling import token_logprobs_and_entropy
 
 
 @dataclasses.dataclass(frozen=True)
-class Rollout:
-    """What the trainer needs of one episode (token ids, not text).
-
-    `behaviour_logprobs` [R] are the generator's log-probs of `response_ids` [R];
-    `ref_logprobs` [R] are the reference model's, or None when KL is off.
-    """
-
-    prompt_ids: list[int]
-    response_ids: list[int]
-    behaviour_logprobs: list[float]
-    advantage: float
-    ref_logprobs: list[float] | None = None
-
-
-@dataclasses.dataclass(frozen=True)
 class TrainBatch:
-    """B rollouts as right-padded tensors.
+    """B episodes as right-padded tensors.
 
     `input_ids` [B, L] prompt then response then padding (L = longest prompt+response);
-    `response_start` [B] index of each row's first response token; `response_mask` [B, T]
-    (T = longest response) marks real response tokens; `behaviour_logprobs`, `ref_logprobs`
-    [B, T]; `advantages` [B].
+    `attention_mask` [B, L] 1 on real tokens; `response_start` [B] index of each row's first
+    response token; `response_mask` [B, T] (T = longest response) 1.0 on real response
+    tokens; `behavior_logprobs` [B, T] the generator's log-probs of those tokens (0 on
+    padding); `ref_logprobs` [B, T] the reference model's, or None when KL is off;
+    `advantages` [B].
     """
 
     input_ids: Tensor
     attention_mask: Tensor
     response_start: Tensor
     response_mask: Tensor
-    behaviour_logprobs: Tensor
+    behavior_logprobs: Tensor
     ref_logprobs: Tensor | None
     advantages: Tensor
 
@@ -57,42 +45,46 @@ class TrainBatch:
             attention_mask=self.attention_mask.to(device),
             response_start=self.response_start.to(device),
             response_mask=self.response_mask.to(device),
-            behaviour_logprobs=self.behaviour_logprobs.to(device),
+            behavior_logprobs=self.behavior_logprobs.to(device),
             ref_logprobs=ref,
             advantages=self.advantages.to(device),
         )
 
 
-def pack(rollouts: Sequence[Rollout], pad_id: int) -> TrainBatch:
-    """Pads `rollouts` into a `TrainBatch`."""
-    if not rollouts:
-        raise ValueError("pack: no rollouts")
-    seq_len = max(len(r.prompt_ids) + len(r.response_ids) for r in rollouts)
-    resp_len = max(len(r.response_ids) for r in rollouts)
-    b = len(rollouts)
+def pack(
+    episodes: Sequence[Episode], pad_id: int, ref_logprobs: Tensor | None = None
+) -> TrainBatch:
+    """Pads `episodes` into a `TrainBatch`; `ref_logprobs` [B, T] (as `sequence_logprobs`
+    returns them for the same episodes) is carried along when given."""
+    if not episodes:
+        raise ValueError("pack: no episodes")
+    seq_len = max(e.num_tokens for e in episodes)
+    resp_len = max(len(e.response_ids) for e in episodes)
+    b = len(episodes)
+    if ref_logprobs is not None and tuple(ref_logprobs.shape) != (b, resp_len):
+        raise ValueError(
+            f"ref_logprobs must be [{b}, {resp_len}] for these episodes, "
+            f"got {list(ref_logprobs.shape)}"
+        )
     input_ids = torch.full((b, seq_len), pad_id, dtype=torch.long)
     attention = torch.zeros((b, seq_len), dtype=torch.long)
     mask = torch.zeros((b, resp_len))
-    behaviour = torch.zeros((b, resp_len))
-    with_ref = all(r.ref_logprobs is not None for r in rollouts)
-    ref = torch.zeros((b, resp_len)) if with_ref else None
-    for i, r in enumerate(rollouts):
-        ids = r.prompt_ids + r.response_ids
-        input_ids[i, : len(ids)] = torch.tensor(ids)
-        attention[i, : len(ids)] = 1
-        n = len(r.response_ids)
+    behavior = torch.zeros((b, resp_len))
+    for i, e in enumerate(episodes):
+        p, n = len(e.prompt_ids), len(e.response_ids)
+        input_ids[i, :p] = e.prompt_ids
+        input_ids[i, p : p + n] = e.response_ids
+        attention[i, : p + n] = 1
         mask[i, :n] = 1.0
-        behaviour[i, :n] = torch.tensor(r.behaviour_logprobs)
-        if ref is not None and r.ref_logprobs is not None:
-            ref[i, :n] = torch.tensor(r.ref_logprobs)
+        behavior[i, :n] = e.behavior_logprobs
     return TrainBatch(
         input_ids=input_ids,
         attention_mask=attention,
-        response_start=torch.tensor([len(r.prompt_ids) for r in rollouts]),
+        response_start=torch.tensor([len(e.prompt_ids) for e in episodes]),
         response_mask=mask,
-        behaviour_logprobs=behaviour,
-        ref_logprobs=ref,
-        advantages=torch.tensor([r.advantage for r in rollouts]),
+        behavior_logprobs=behavior,
+        ref_logprobs=ref_logprobs,
+        advantages=torch.tensor([e.advantage for e in episodes]),
     )
 
 

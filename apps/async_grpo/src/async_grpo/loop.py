@@ -1,7 +1,7 @@
-"""The controller: spawn the components, run rollout loops and the training loop, report.
+"""The controller: rollout loops, the training loop and the weight sync, run as one job.
 
-Async and sync are one code path. Rollout loops call `generate_episode` until the run ends;
-the training loop samples batches no older than `max_policy_age` versions, trains, and hands
+Async and sync are one code path. Rollout loops generate episodes until the run ends; the
+training loop samples batches no older than `max_policy_age` versions, trains, and hands
 the new weights to a background sync. Before each episode a rollout loop waits until the
 generators' weights are at most `max_policy_age` versions behind the trainer, so with
 `max_policy_age=0` (`--mode sync`) generation pauses while the trainer steps and the weights
@@ -11,164 +11,82 @@ move: collect, train, sync, repeat.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import dataclasses
 import itertools
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
-import torch
-from actor_service import Service, ServiceConfig, spawn_service
-from monarch.actor import ProcMesh, this_host
-from replay_buffer import Episode, ReplayBufferActor, ReplayBufferConfig, SampledBatch
+from actor_service import ReplicaEvent
+from replay_buffer import SampledBatch
 
-from async_grpo.actors.dataset import DatasetActor
 from async_grpo.actors.generator import Generator
-from async_grpo.actors.reference import ReferenceModel
 from async_grpo.actors.reward import RewardActor
 from async_grpo.actors.trainer import TrainResult
+from async_grpo.components import Components, shutdown, spawn_components
 from async_grpo.config import RunConfig
 from async_grpo.evaluation import Evaluator
-from async_grpo.grpo import group_advantages
-from async_grpo.metrics import MetricsSink, RunMetrics, StepRow, Trajectory, batch_diagnostics
+from async_grpo.metrics import MetricsSink, RunMetrics, StepRow
 from async_grpo.prepare import Prepared
+from async_grpo.rollout import to_episodes
 from async_grpo.tasks import Sample, eval_set
-from async_grpo.trainer_client import TrainerClient, spawn_trainer
-from async_grpo.weight_sync import WeightUpdate
-
-
-@dataclasses.dataclass
-class Components:
-    """Handles to every running component (actor meshes and services)."""
-
-    dataset: Any
-    generator: Service[Generator]
-    reward: Service[RewardActor]
-    reference: Any | None
-    buffer: Any
-    trainer: TrainerClient
-    procs: list[ProcMesh]
+from async_grpo.weight_sync import WeightSync, WeightUpdate
 
 
 class Versions:
-    """The trainer's version and the version every generator replica runs, with a condition
-    the rollout loops wait on."""
+    """The trainer's version and the oldest version a generator replica runs, with a
+    condition the rollout loops wait on."""
 
     def __init__(self) -> None:
         self.trainer = 0
         self.generators = 0
-        self.changed = asyncio.Condition()
-        self.stop = False
+        self.stopped = False
+        self._changed = asyncio.Condition()
 
     async def set(self, *, trainer: int | None = None, generators: int | None = None) -> None:
-        async with self.changed:
+        async with self._changed:
             self.trainer = trainer if trainer is not None else self.trainer
             self.generators = generators if generators is not None else self.generators
-            self.changed.notify_all()
+            self._changed.notify_all()
+
+    async def stop(self) -> None:
+        """Ends the run for every waiter: `wait_fresh` returns at once from now on."""
+        async with self._changed:
+            self.stopped = True
+            self._changed.notify_all()
 
     async def wait_generators(self, version: int) -> None:
         """Returns once every generator runs `version` or newer."""
-        async with self.changed:
-            await self.changed.wait_for(lambda: self.generators >= version)
+        async with self._changed:
+            await self._changed.wait_for(lambda: self.generators >= version)
 
     async def wait_fresh(self, max_age: int) -> None:
         """Returns once generators are at most `max_age` versions behind the trainer."""
-        async with self.changed:
-            await self.changed.wait_for(
-                lambda: self.stop or self.trainer - self.generators <= max_age
+        async with self._changed:
+            await self._changed.wait_for(
+                lambda: self.stopped or self.trainer - self.generators <= max_age
             )
 
 
-async def spawn_components(cfg: RunConfig, prep: Prepared) -> Components:
-    """Starts each component in its own process (the services: one process per replica)."""
-    procs: list[ProcMesh] = []
-
-    def proc() -> ProcMesh:
-        mesh = this_host().spawn_procs(per_host={"procs": 1})
-        procs.append(mesh)
-        return mesh
-
-    buffer_cfg = ReplayBufferConfig(
-        max_policy_age=cfg.buffer.max_policy_age if cfg.mode == "async" else 0,
-        max_buffer_size=cfg.buffer.capacity,
-        admission_limit=cfg.buffer.capacity,
-        group_size=cfg.sampling.group_size,
-        sampling="fifo",
-        seed=cfg.seed,
-    )
-    dataset = proc().spawn("dataset", DatasetActor, cfg.data, prep.samples, cfg.seed)
-    buffer = proc().spawn("replay_buffer", ReplayBufferActor, buffer_cfg)
-    trainer = await spawn_trainer(cfg, prep.model_path, procs)
-    reference = None
-    if cfg.trainer.kl_coef > 0:
-        reference = proc().spawn("reference", ReferenceModel, prep.model_path, cfg.sampling)
-    generator, reward = await asyncio.gather(
-        spawn_service(
-            Generator,
-            ServiceConfig(replicas=cfg.generator.replicas, name="generator"),
-            prep.model_path,
-            cfg.model,
-            cfg.sampling,
-            cfg.seed,
-        ),
-        spawn_service(
-            RewardActor, ServiceConfig(replicas=cfg.reward.replicas, name="reward"), cfg.reward.fns
-        ),
-    )
-    return Components(dataset, generator, reward, reference, buffer, trainer, procs)
-
-
-async def shutdown(c: Components) -> None:
-    """Stops every service and process this run started."""
-    for svc in (c.generator, c.reward):
-        with contextlib.suppress(Exception):
-            await svc.shutdown()
-    for mesh in c.procs:
-        with contextlib.suppress(Exception):
-            await mesh.stop()
-
-
 async def generate_episode(
-    c: Components, cfg: RunConfig, group_ids: itertools.count[int]
-) -> tuple[list[Trajectory], int]:
+    c: Components, cfg: RunConfig, metrics: RunMetrics, group_ids: itertools.count[int]
+) -> None:
     """One rollout: prompts -> a group of responses per prompt -> rewards -> advantages ->
-    the replay buffer. Returns what to display and the number of tokens generated."""
+    the replay buffer."""
     # Prompts and their targets.
     samples = await c.dataset.sample.call_one(cfg.generator.prompts_per_call)
     # group_size responses per prompt, all from one replica and one policy version.
     groups = await c.generator.endpoint(Generator.generate).route([s.prompt for s in samples])
     # Rewards for every response.
-    flat = [(s, comp) for s, group in zip(samples, groups, strict=True) for comp in group]
+    completions = [comp for group in groups for comp in group]
+    targets = [s.target for s, group in zip(samples, groups, strict=True) for _ in group]
     rewards = await c.reward.endpoint(RewardActor.score).route(
-        [comp.text for _, comp in flat], [s.target for s, _ in flat]
+        [comp.text for comp in completions], targets
     )
-    # Advantages relative to the other answers to the same prompt.
-    advantages = group_advantages(
-        torch.tensor(rewards), cfg.sampling.group_size, scale_by_std=cfg.trainer.scale_by_std
-    ).tolist()
-    # Into the buffer, whole groups; waits here when the buffer is full (admission control).
-    episodes: list[Episode] = []
-    for k, (_, comp) in enumerate(flat):
-        if k % cfg.sampling.group_size == 0:
-            group = next(group_ids)
-        episodes.append(
-            Episode(
-                prompt_ids=torch.tensor(comp.prompt_ids, dtype=torch.long),
-                response_ids=torch.tensor(comp.response_ids, dtype=torch.long),
-                behavior_logprobs=torch.tensor(comp.logprobs, dtype=torch.float32),
-                reward=rewards[k],
-                advantage=advantages[k],
-                policy_version=comp.policy_version,
-                group_id=group,
-            )
-        )
+    # Advantages relative to the other answers to the same prompt, into the buffer as whole
+    # groups; `put` waits while the buffer is full (admission control).
+    episodes = to_episodes(groups, rewards, group_ids, scale_by_std=cfg.trainer.scale_by_std)
     await c.buffer.put.call_one(episodes)
-    shown = [
-        Trajectory(s.prompt, comp.text, s.target, r, comp.policy_version)
-        for (s, comp), r in zip(flat, rewards, strict=True)
-    ]
-    return shown, sum(len(comp.response_ids) for _, comp in flat)
+    metrics.record_episodes(completions, targets, rewards)
 
 
 async def rollout_loop(
@@ -176,21 +94,19 @@ async def rollout_loop(
     cfg: RunConfig,
     versions: Versions,
     metrics: RunMetrics,
-    ids: itertools.count[int],
+    group_ids: itertools.count[int],
 ) -> None:
-    max_age = cfg.buffer.max_policy_age if cfg.mode == "async" else 0
-    while not versions.stop:
-        await versions.wait_fresh(max_age)
-        shown, tokens = await generate_episode(c, cfg, ids)
-        metrics.record_episodes(shown, tokens)
+    while not versions.stopped:
+        await versions.wait_fresh(cfg.effective_max_policy_age)
+        await generate_episode(c, cfg, metrics, group_ids)
 
 
 async def sync_weights(c: Components, update: WeightUpdate) -> int:
     """Every generator replica pulls `update` (or newer); returns the oldest version they run.
-    The trainer may then reuse the staging of that version and older ones."""
-    syncs = await c.generator.endpoint(Generator.update_weights).fanout(update)
+    The trainer may then reuse the staging of older versions."""
+    syncs: list[WeightSync] = await c.generator.endpoint(Generator.update_weights).fanout(update)
     version = min(s.version for s in syncs)
-    await c.trainer.synced(version)
+    await c.trainer.release(version)
     return version
 
 
@@ -239,53 +155,18 @@ async def training_loop(
         # fresh enough for the weights this step produces (version + 1).
         next_batch = _request_batch(c, cfg, version + 1)
         # Reference log-probs for the KL term, when it is on.
-        ref = None
-        if c.reference is not None:
-            pairs = [(e.prompt_ids.tolist(), e.response_ids.tolist()) for e in episodes]
-            ref = await c.reference.logprobs.call_one(pairs)
+        ref = await c.reference.logprobs.call_one(episodes) if c.reference else None
         # One GRPO step; the trainer stages the new weights before it returns.
         result = await c.trainer.train_step(episodes, ref)
         version = result.version
         # New weights go to the generators in the background; rollouts may proceed.
-        latest.put_nowait(result.weights)
+        latest.put_nowait(result.update)
         await versions.set(trainer=version)
-        # Metrics, and now and then an evaluation of the policy in the background.
+        # Now and then an evaluation of the policy, in the background; the step's record.
         if cfg.eval_every and version % cfg.eval_every == 0:
             evaluator.request(version)
-        metrics.record_step(len(episodes), result.train_s + result.publish_s)
-        eps, tps, idle = metrics.rates()
-        ages = [version - 1 - e.policy_version for e in episodes]
-        uniform, logprob = batch_diagnostics(episodes, cfg.sampling.group_size)
-        last_eval = metrics.last_eval
-        on_step(
-            StepRow(
-                step=version,
-                version=version,
-                wall_s=time.perf_counter() - metrics.start,
-                reward_window=metrics.reward_window(),
-                exact_window=sum(metrics.exact) / max(1, len(metrics.exact)),
-                episodes_generated=metrics.episodes_generated,
-                episodes_trained=metrics.episodes_trained,
-                episodes_per_s=eps,
-                tokens_per_s=tps,
-                trainer_idle_frac=idle,
-                weight_sync_s=metrics.last_sync_s,
-                staleness_mean=sum(ages) / len(ages),
-                loss=result.stats.loss,
-                kl=result.stats.kl,
-                clip_frac=result.stats.clip_frac,
-                grad_norm=result.grad_norm,
-                lr=result.lr,
-                uniform_groups=uniform,
-                behaviour_logprob=logprob,
-                entropy=result.stats.entropy,
-                eval_reward=last_eval.reward if last_eval else None,
-                eval_version=last_eval.version if last_eval else None,
-            ),
-            result,
-        )
-        full = metrics.window_full()
-        if cfg.stop_at_reward > 0 and full and metrics.reward_window() >= cfg.stop_at_reward:
+        on_step(metrics.step_row(result, episodes, cfg.sampling.group_size), result)
+        if 0 < cfg.stop_at_reward <= metrics.reward_window() and metrics.window_full():
             break
     next_batch.cancel()
     return version
@@ -295,24 +176,46 @@ def _request_batch(
     c: Components, cfg: RunConfig, version: int
 ) -> asyncio.Future[SampledBatch | None]:
     """Asks the buffer for a batch for the trainer at `version`; waits at most 1 s there."""
-    call: Awaitable[SampledBatch | None] = c.buffer.sample_wait.call_one(
-        version, cfg.trainer.batch_size, 1.0
+    return asyncio.ensure_future(
+        c.buffer.sample_wait.call_one(version, cfg.trainer.batch_size, 1.0)
     )
-    return asyncio.ensure_future(call)
 
 
-async def train(
-    cfg: RunConfig, prep: Prepared, sink: MetricsSink, on_step: StepCallback, metrics: RunMetrics
+def replica_event_recorder(
+    metrics: RunMetrics, log: Callable[[str], None]
+) -> Callable[[ReplicaEvent], None]:
+    """Prints one line per replica death, return or abandonment, and counts them."""
+
+    def record(event: ReplicaEvent) -> None:
+        who = f"{event.service} replica {event.replica}"
+        if event.kind == "died":
+            metrics.replica_deaths += 1
+            log(f"[{who} died: {event.reason}; restarting]")
+        elif event.kind == "up":
+            metrics.replica_restarts += 1
+            log(f"[{who} is back after {event.down_s or 0.0:.1f}s (restart {event.restarts})]")
+        else:
+            log(f"[{who} stays down after {event.restarts} restarts: {event.reason}]")
+
+    return record
+
+
+async def run_job(
+    cfg: RunConfig,
+    prep: Prepared,
+    sink: MetricsSink,
+    on_step: StepCallback,
+    metrics: RunMetrics,
+    *,
+    log: Callable[[str], None] = print,
 ) -> None:
     """Runs the whole job, recording into `metrics`; every process started is stopped on
     return, error or Ctrl-C."""
-    c = await spawn_components(cfg, prep)
+    c = await spawn_components(cfg, prep, replica_event_recorder(metrics, log))
     versions = Versions()
     latest: asyncio.Queue[WeightUpdate] = asyncio.Queue()
     evaluator = Evaluator(c.generator, c.reward, eval_set_for(cfg, prep), metrics)
-    rollouts: list[asyncio.Task[None]] = []
-    sync: asyncio.Task[None] | None = None
-    trainer: asyncio.Task[int] | None = None
+    tasks: list[asyncio.Task[Any]] = []
     try:
         # Generators start from exactly the weights the trainer holds (version 0).
         await sync_weights(c, await c.trainer.publish_initial())
@@ -323,33 +226,33 @@ async def train(
             sink.write(row)
             on_step(row, result)
 
-        ids = itertools.count()
+        # Rollouts, the weight sync and the trainer run concurrently from here.
+        group_ids = itertools.count()
         rollouts = [
-            asyncio.create_task(rollout_loop(c, cfg, versions, metrics, ids))
+            asyncio.create_task(rollout_loop(c, cfg, versions, metrics, group_ids))
             for _ in range(cfg.rollout_loops)
         ]
         sync = asyncio.create_task(weight_sync_loop(c, versions, latest, metrics))
         trainer = asyncio.create_task(
             training_loop(c, cfg, versions, metrics, latest, evaluator=evaluator, on_step=step)
         )
-        # The first task to finish is the trainer (done) or a rollout that failed.
-        done, _ = await asyncio.wait(
-            [trainer, sync, *rollouts], return_when=asyncio.FIRST_COMPLETED
-        )
+        tasks = [*rollouts, sync, trainer]
+        # The first task to finish is the trainer (done) or a loop that failed.
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         for t in done:
             t.result()  # re-raises a failure
         last = trainer.result()
         # Training is over: stop generating, let the generators take the final weights, and
         # evaluate those once more.
-        versions.stop = True
+        await versions.stop()
         await _cancel(rollouts)
         if cfg.eval_every:
             await versions.wait_generators(last)
             await evaluator.final(last)
     finally:
-        versions.stop = True
+        await versions.stop()
         evaluator.cancel()
-        await _cancel([*rollouts, *(t for t in (sync, trainer) if t is not None)])
+        await _cancel(tasks)
         await shutdown(c)
 
 

@@ -22,7 +22,6 @@ from transformers import (
 )
 from transformers.utils import logging as hf_logging
 
-from async_grpo.checkpoints import missing_message
 from async_grpo.tokenizer import build_tokenizer, save_tokenizer
 
 # Per-file progress bars from every process would drown the training log.
@@ -128,8 +127,3 @@ def load_policy(path: str, dtype: torch.dtype = torch.float32) -> PreTrainedMode
     model: PreTrainedModel = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     model.train(False)
     return model
-
-
-def checkpoint_missing_error(path: str) -> str:
-    """The message for a model path that does not exist (see `checkpoints.missing_message`)."""
-    return missing_message(path)

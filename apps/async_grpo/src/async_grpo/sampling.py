@@ -19,18 +19,22 @@ from async_grpo.config import SamplingConfig
 
 @dataclasses.dataclass(frozen=True)
 class Completion:
-    """One sampled response.
+    """One sampled response, as the generator hands it to the controller.
 
-    `prompt_ids` [P] and `response_ids` [R] are token ids (the response includes the EOS
-    token when the model produced one); `logprobs` [R] are the natural-log probabilities the
-    sampling distribution gave each response token; `finished` is False when generation hit
-    `max_new_tokens` first; `policy_version` is the weight version that produced it.
+    `prompt` is the prompt text as requested (before any chat template); `text` the decoded
+    response. `prompt_ids` [P] and `response_ids` [R] are token ids (the response includes
+    the EOS token when the model produced one); `behavior_logprobs` [R] are the natural-log
+    probabilities the sampling distribution gave each response token; `finished` is False
+    when generation hit `max_new_tokens` first; `policy_version` is the weight version that
+    produced it. Lists, not tensors: they cross a process boundary, and the controller turns
+    them into the buffer's `Episode` tensors once (`rollout.to_episodes`).
     """
 
+    prompt: str
+    text: str
     prompt_ids: list[int]
     response_ids: list[int]
-    logprobs: list[float]
-    text: str
+    behavior_logprobs: list[float]
     finished: bool
     policy_version: int
 
@@ -80,6 +84,12 @@ def token_logprobs_and_entropy(
     return logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1), -plogp.sum(-1)
 
 
+def chat_prompt(tokenizer: PreTrainedTokenizerBase, prompt: str) -> str:
+    """`prompt` as one user message, rendered by the tokenizer's chat template."""
+    messages = [{"role": "user", "content": prompt}]
+    return str(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+
+
 @torch.no_grad()
 def generate(
     model: PreTrainedModel,
@@ -88,9 +98,13 @@ def generate(
     cfg: SamplingConfig,
     policy_version: int,
     *,
+    chat_template: bool = False,
     generator: torch.Generator | None = None,
 ) -> list[list[Completion]]:
     """Samples `cfg.group_size` responses for each prompt in one batch with a KV cache.
+
+    `chat_template`: each prompt is sent as one user message through the tokenizer's chat
+    template (the completions still record the prompt as given).
 
     Prompts are left-padded so every row's next token sits in the last column; position ids
     count only real tokens, so the trainer's right-padded recomputation sees the same
@@ -100,7 +114,8 @@ def generate(
     if eos is None or pad is None:
         raise ValueError("the tokenizer needs an EOS and a pad token")
     vocab = len(tokenizer)
-    encoded = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+    texts = [chat_prompt(tokenizer, p) for p in prompts] if chat_template else prompts
+    encoded = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
     rows = [ids for ids in encoded for _ in range(cfg.group_size)]
     width = max(len(r) for r in rows)
     device = next(model.parameters()).device
@@ -146,12 +161,13 @@ def generate(
         response = tokens[i][:length]
         completions.append(
             Completion(
-                prompt_ids=list(row),
-                response_ids=response,
-                logprobs=logprobs[i][:length],
+                prompt=prompts[i // cfg.group_size],
                 # Other special tokens stay visible: a sampled <unk> or <pad> is a wrong word,
                 # not a silently dropped one.
                 text=str(tokenizer.decode(response[:-1] if finished else response)),
+                prompt_ids=list(row),
+                response_ids=response,
+                behavior_logprobs=logprobs[i][:length],
                 finished=finished,
                 policy_version=policy_version,
             )

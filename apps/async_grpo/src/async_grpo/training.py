@@ -1,9 +1,10 @@
-"""One GRPO optimizer step, shared by the single-process trainer and the sharded one.
+"""The trainer's core, the same for one process and for every rank of a sharded trainer: the
+GRPO step on a batch of episodes, its guards, and the version it advances.
 
-A data-parallel rank passes only its slice of the batch and the token count of the WHOLE
-batch: every token's loss is divided by that global count and the result is multiplied by
-the number of ranks, so after FSDP averages the ranks' gradients the step equals the one a
-single process would take on the whole batch.
+A data-parallel rank trains on its slice of the batch (`rank_rows`) but divides every
+token's loss by the token count of the WHOLE batch and multiplies the result by the number
+of ranks, so after FSDP averages the ranks' gradients the step equals the one a single
+process would take on the whole batch.
 """
 
 from __future__ import annotations
@@ -14,11 +15,16 @@ from collections.abc import Iterable, Sequence
 
 import torch
 from replay_buffer import Episode
+from torch import Tensor
 from transformers import PreTrainedModel
 
-from async_grpo.batching import Rollout, pack, sequence_logprobs_and_entropy
+from async_grpo.batching import pack, sequence_logprobs_and_entropy
 from async_grpo.config import SamplingConfig, TrainerConfig
-from async_grpo.grpo import LossConfig, LossStats, grpo_loss
+from async_grpo.grpo import LossStats, grpo_loss
+
+
+class NonFiniteError(RuntimeError):
+    """A step's loss or gradient, or the weights about to be published, are not finite."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,18 +37,8 @@ class StepStats:
     lr: float
 
 
-def loss_config(cfg: TrainerConfig) -> LossConfig:
-    return LossConfig(
-        clip_eps=cfg.clip_eps,
-        importance=cfg.importance,
-        truncate_cap=cfg.truncate_cap,
-        kl_coef=cfg.kl_coef,
-        entropy_coef=cfg.entropy_coef,
-    )
-
-
 def make_optimizer(params: Iterable[torch.nn.Parameter], cfg: TrainerConfig) -> torch.optim.AdamW:
-    """The one optimizer both trainers use (plain and sharded parameters alike)."""
+    """AdamW as the trainer config sets it (plain and sharded parameters alike)."""
     return torch.optim.AdamW(
         params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, cfg.adam_beta2)
     )
@@ -65,90 +61,112 @@ def learning_rate(cfg: TrainerConfig, step: int, total_steps: int) -> float:
     return floor + (cfg.lr - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def to_rollouts(
-    episodes: Sequence[Episode], ref_logprobs: Sequence[list[float]] | None
-) -> list[Rollout]:
-    return [
-        Rollout(
-            prompt_ids=e.prompt_ids.tolist(),
-            response_ids=e.response_ids.tolist(),
-            behaviour_logprobs=e.behavior_logprobs.tolist(),
-            advantage=e.advantage,
-            ref_logprobs=ref_logprobs[i] if ref_logprobs is not None else None,
-        )
-        for i, e in enumerate(episodes)
-    ]
-
-
-def grpo_step(
-    model: PreTrainedModel,
-    optimizer: torch.optim.Optimizer,
-    rollouts: Sequence[Rollout],
-    *,
-    cfg: TrainerConfig,
-    sampling: SamplingConfig,
-    vocab_size: int,
-    pad_id: int,
-    lr: float,
-    total_tokens: int | None = None,
-    world_size: int = 1,
-) -> StepStats:
-    """Computes the GRPO loss on `rollouts`, backpropagates, clips and steps `optimizer`.
-
-    `total_tokens`: the response tokens of the whole batch when `rollouts` is one
-    data-parallel rank's slice (None: this is the whole batch); `world_size`: the number of
-    ranks whose gradients the sharding wrapper averages.
-    """
-    batch = pack(rollouts, pad_id).to(next(model.parameters()).device)
-    lp, entropy = sequence_logprobs_and_entropy(
-        model, batch, sampling.temperature, sampling.top_p, vocab_size
-    )
-    loss, stats = grpo_loss(
-        lp,
-        batch.behaviour_logprobs,
-        batch.advantages,
-        batch.response_mask,
-        loss_config(cfg),
-        ref_logprobs=batch.ref_logprobs,
-        token_count=total_tokens,
-        entropy=entropy if cfg.entropy_coef > 0 else entropy.detach(),
-    )
-    for group in optimizer.param_groups:
-        group["lr"] = lr
-    optimizer.zero_grad(set_to_none=True)
-    (loss * world_size).backward()  # type: ignore[no-untyped-call]
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-    optimizer.step()
-    norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
-    return StepStats(stats, float(norm), lr)
-
-
-def rank_slice(
-    rollouts: Sequence[Rollout], group_size: int, rank: int, world_size: int
-) -> list[Rollout]:
-    """Data-parallel rank `rank`'s share of a batch: a contiguous run of whole groups, the
+def rank_rows(batch_size: int, group_size: int, rank: int, world_size: int) -> slice:
+    """Data-parallel rank `rank`'s rows of a batch: a contiguous run of whole groups, the
     groups spread as evenly as `torch.chunk` would. Every rank must get at least one group
     (each runs the same collectives in its forward and backward pass)."""
-    groups = len(rollouts) // group_size
-    if len(rollouts) % group_size or groups < world_size:
+    groups = batch_size // group_size
+    if batch_size % group_size or groups < world_size:
         raise ValueError(
-            f"{len(rollouts)} rollouts are not at least {world_size} whole groups of {group_size}"
+            f"{batch_size} episodes are not at least {world_size} whole groups of {group_size}"
         )
     base, extra = divmod(groups, world_size)
     first = rank * base + min(rank, extra)
     count = base + (1 if rank < extra else 0)
-    return list(rollouts[first * group_size : (first + count) * group_size])
+    return slice(first * group_size, (first + count) * group_size)
 
 
 def add_stats(parts: Sequence[LossStats]) -> LossStats:
     """The whole batch's statistics from data-parallel ranks' shares (each normalised by the
     whole batch's token count, so they add up)."""
-    return LossStats(
-        loss=sum(p.loss for p in parts),
-        policy_loss=sum(p.policy_loss for p in parts),
-        kl=sum(p.kl for p in parts),
-        ratio_mean=sum(p.ratio_mean for p in parts),
-        clip_frac=sum(p.clip_frac for p in parts),
-        tokens=sum(p.tokens for p in parts),
-        entropy=sum(p.entropy for p in parts),
+    fields = [f.name for f in dataclasses.fields(LossStats)]
+    return LossStats(**{name: sum(getattr(p, name) for p in parts) for name in fields})
+
+
+class TrainerCore:
+    """The policy, its optimizer and its version; `step` trains on one batch.
+
+    `rank` / `world_size` describe data parallelism (1 process: 0 / 1); the model is already
+    sharded when `world_size > 1`. The version counts optimizer steps taken: 0 is the initial
+    weights, and a refused step does not advance it.
+    """
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        cfg: TrainerConfig,
+        sampling: SamplingConfig,
+        *,
+        vocab_size: int,
+        pad_id: int,
+        total_steps: int,
+        rank: int = 0,
+        world_size: int = 1,
+    ) -> None:
+        self.model, self.cfg, self.sampling = model, cfg, sampling
+        self.vocab_size, self.pad_id, self.total_steps = vocab_size, pad_id, total_steps
+        self.rank, self.world_size = rank, world_size
+        self.optimizer = make_optimizer(model.parameters(), cfg)
+        self.version = 0
+
+    def step(self, episodes: Sequence[Episode], ref_logprobs: Tensor | None) -> StepStats:
+        """One GRPO step on this rank's rows of `episodes` (the whole batch, in group order;
+        `ref_logprobs` [B, T] for the whole batch, or None). Raises `NonFiniteError`, with the
+        weights and the version unchanged, when the loss or the gradient is not finite."""
+        rows = rank_rows(len(episodes), self.sampling.group_size, self.rank, self.world_size)
+        mine = episodes[rows]
+        ref = None
+        if ref_logprobs is not None:
+            ref = ref_logprobs[rows, : max(len(e.response_ids) for e in mine)]
+        device = next(self.model.parameters()).device
+        batch = pack(mine, self.pad_id, ref).to(device)
+        lp, entropy = sequence_logprobs_and_entropy(
+            self.model, batch, self.sampling.temperature, self.sampling.top_p, self.vocab_size
+        )
+        loss_cfg = self.cfg.loss
+        loss, stats = grpo_loss(
+            lp,
+            batch.behavior_logprobs,
+            batch.advantages,
+            batch.response_mask,
+            loss_cfg,
+            ref_logprobs=batch.ref_logprobs,
+            token_count=sum(len(e.response_ids) for e in episodes),
+            entropy=entropy if loss_cfg.entropy_coef > 0 else entropy.detach(),
+        )
+        lr = learning_rate(self.cfg, self.version, self.total_steps)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.optimizer.zero_grad(set_to_none=True)
+        # Backward even when the loss is not finite: every rank must run the same
+        # collectives, and the global gradient norm then tells every rank to refuse the step.
+        (loss * self.world_size).backward()  # type: ignore[no-untyped-call]
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
+        grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+        if not (math.isfinite(stats.loss) and math.isfinite(grad_norm)):
+            self.optimizer.zero_grad(set_to_none=True)
+            what = f"the loss is {stats.loss}" if not math.isfinite(stats.loss) else ""
+            what = what or f"the gradient norm is {grad_norm}"
+            raise NonFiniteError(
+                f"train step {self.version + 1}: {what}; the step was refused, the weights "
+                f"are unchanged and version {self.version} stays the newest published"
+            )
+        self.optimizer.step()
+        self.version += 1
+        return StepStats(stats, grad_norm, lr)
+
+
+def check_finite(state: dict[str, Tensor], version: int) -> None:
+    """Raises `NonFiniteError` naming the first tensor of `state` holding a NaN or an
+    infinity (DTensors: this rank's shard), so such weights are never published."""
+    local = {n: t.to_local() if hasattr(t, "to_local") else t for n, t in state.items()}
+    tensors = [t for t in local.values() if t.is_floating_point()]
+    if not tensors or bool(torch.stack(torch._foreach_norm(tensors)).isfinite().all()):
+        return
+    # A norm can overflow on finite weights: only a tensor that really holds one is refused.
+    bad = next(
+        (n for n, t in local.items() if t.is_floating_point() and not t.isfinite().all()), None
     )
+    if bad is None:
+        return
+    raise NonFiniteError(f"version {version}: weight {bad!r} is not finite; it was not published")

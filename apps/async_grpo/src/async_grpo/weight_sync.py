@@ -1,97 +1,96 @@
-"""How a new policy version reaches the generators: two data contracts, one receiving side.
+"""How a new policy version reaches the generators, whatever the trainer's shape.
 
-- One trainer process (`trainer.procs == 1`): the trainer stages its whole state dict with
-  `rdma_tensor.Publisher` and sends a `Manifest`; a generator pulls the newest version.
-- A sharded trainer (`trainer.procs > 1`): every parameter is a `Shard(0)` DTensor over the
-  trainer's processes. Each trainer rank stages its own shards with
-  `dtensor_reshard.ShardPublisher` for the plan "trainer layout -> one unsharded copy", and
-  the controller gathers the ranks' exports into a `ShardedWeights`. A generator (an
-  unsharded replica: a 1-rank mesh holding `Replicate()` tensors) pulls exactly its pieces
-  from every rank, into staging buffers, and copies them into its parameters only when every
-  piece has arrived, so a failed pull leaves the running weights untouched.
+One vocabulary on both sides: the trainer `publish`es a version (each rank its part), the
+controller `merge`s the ranks' parts into the one update every generator receives, and a
+generator `pull`s it into its weights, all or nothing. Only the data path differs:
+
+- one trainer process (`trainer.procs == 1`): `rdma_tensor.Publisher` stages the whole state
+  dict on CPU; the update is a `Manifest`;
+- a sharded trainer (`trainer.procs > 1`, every parameter a `Shard(0)` DTensor):
+  `dtensor_reshard.ShardedPublisher` stages each rank's shards; the update is a
+  `ShardedManifest`, and a generator (one unsharded copy) pulls exactly its pieces from
+  every rank, with no gather on the trainer side.
+
+This module is the one place that knows there are two.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import time
-from collections.abc import Mapping
+from collections.abc import Sequence
 
-import torch
-from dtensor_reshard import Layout, PlanCache, SourceExport, pull
-from rdma_tensor import Manifest
-from torch.distributed.tensor import Replicate
+import dtensor_reshard
+import rdma_tensor
+from dtensor_reshard import ShardedManifest, ShardedPublisher, ShardManifest
+from rdma_tensor import Manifest, Publisher
+from torch import Tensor
+from transformers import PreTrainedModel
+
+from async_grpo.training import check_finite
+
+WeightPart = Manifest | ShardManifest
+"""What one trainer rank returns for a version (the whole of it when there is one rank)."""
+
+WeightUpdate = Manifest | ShardedManifest
+"""What every generator receives: one version, from every trainer rank."""
+
+
+class TrainerPublisher:
+    """The trainer's side: stages `model`'s weights as versions for the generators.
+
+    A sharded model (`sharded=True`) publishes its parameters (DTensors); a plain one its
+    state dict. Non-finite weights are refused before anything is staged.
+    """
+
+    def __init__(self, model: PreTrainedModel, rank: int, sharded: bool) -> None:
+        self._state: dict[str, Tensor]
+        self._publisher: Publisher | ShardedPublisher
+        if sharded:
+            self._state = dict(model.named_parameters())
+            self._publisher = ShardedPublisher(rank)
+        else:
+            self._state = model.state_dict()
+            self._publisher = Publisher()
+
+    def publish(self, version: int) -> WeightPart:
+        check_finite(self._state, version)
+        if isinstance(self._publisher, ShardedPublisher):
+            return self._publisher.publish(self._state, version)  # type: ignore[arg-type]
+        return self._publisher.publish(self._state, version)
+
+    def release(self, version: int) -> None:
+        """Every generator runs `version` or newer: staging of older versions may be reused."""
+        self._publisher.release(version)
+
+
+def merge(parts: Sequence[WeightPart]) -> WeightUpdate:
+    """The ranks' parts of one version -> the update the generators pull."""
+    if all(isinstance(p, Manifest) for p in parts):
+        if len(parts) != 1:
+            raise ValueError(f"a one-process trainer answered with {len(parts)} manifests")
+        return parts[0]  # type: ignore[return-value]
+    shards = [p for p in parts if isinstance(p, ShardManifest)]
+    if len(shards) != len(parts):
+        raise ValueError("trainer ranks answered with different kinds of weight manifests")
+    return dtensor_reshard.merge(shards)
 
 
 @dataclasses.dataclass(frozen=True)
-class ShardedWeights:
-    """One policy version held by a sharded trainer.
-
-    `layouts`: every parameter's layout on the trainer mesh (name -> `Layout`, global shape
-    and dtype); `exports`: one `SourceExport` per trainer rank, in rank order (each well under
-    a kilobyte per tensor: the bytes stay in the trainer processes until pulled).
-    """
+class WeightSync:
+    """One generator's pull: the version it now runs (the update's, or a newer one the
+    publisher staged meanwhile) and the seconds the pull took."""
 
     version: int
-    layouts: dict[str, Layout]
-    exports: tuple[SourceExport, ...]
+    seconds: float
 
 
-WeightUpdate = Manifest | ShardedWeights
-
-
-def replicated(layouts: Mapping[str, Layout]) -> dict[str, Layout]:
-    """The destination layouts of one unsharded copy: same names, shapes and dtypes, on a
-    1-rank mesh with `Replicate()`. Trainer and generators both derive it, so both compute
-    the same plan without exchanging it."""
-    return {
-        name: Layout(src.global_shape, src.dtype, mesh_shape=(1,), placements=(Replicate(),))
-        for name, src in layouts.items()
-    }
-
-
-class ReshardReceiver:
-    """A generator's side of the sharded path: pulls `ShardedWeights` into `params`.
-
-    `params` are the generator model's parameters by name (the names the trainer's layouts
-    use). Staging buffers are allocated once, in the trainer's dtypes, on the parameters'
-    device; the copy into `params` casts when the generator runs another dtype.
-    """
-
-    def __init__(self, params: Mapping[str, torch.Tensor]) -> None:
-        self._params = dict(params)
-        self._plans = PlanCache()
-        self._staging: dict[str, torch.Tensor] = {}
-
-    def _check(self, layouts: Mapping[str, Layout]) -> None:
-        missing = sorted(set(self._params) - set(layouts))
-        extra = sorted(set(layouts) - set(self._params))
-        if missing or extra:
-            raise ValueError(
-                f"trainer and generator disagree on parameter names: the trainer lacks "
-                f"{missing[:5]}, the generator lacks {extra[:5]}"
-            )
-        for name, layout in layouts.items():
-            if tuple(self._params[name].shape) != layout.global_shape:
-                raise ValueError(
-                    f"{name}: the trainer's shape is {layout.global_shape}, the generator's "
-                    f"{tuple(self._params[name].shape)}"
-                )
-
-    async def pull(self, update: ShardedWeights) -> float:
-        """Pulls `update` and installs it, all or nothing. Returns the seconds it took."""
-        start = time.perf_counter()
-        self._check(update.layouts)
-        plan = self._plans.get(update.layouts, replicated(update.layouts))
-        for name, layout in update.layouts.items():
-            buf = self._staging.get(name)
-            if buf is None or buf.dtype != layout.dtype:
-                device = self._params[name].device
-                self._staging[name] = torch.empty(
-                    layout.global_shape, dtype=layout.dtype, device=device
-                )
-        await pull(plan, 0, list(update.exports), self._staging)
-        with torch.no_grad():
-            for name, param in self._params.items():
-                param.copy_(self._staging[name])
-        return time.perf_counter() - start
+async def pull(update: WeightUpdate, model: PreTrainedModel) -> WeightSync:
+    """Installs `update` into `model`, all or nothing (a failed pull leaves the running
+    weights untouched), cast to the model's dtype."""
+    if isinstance(update, ShardedManifest):
+        # The trainer's layouts name parameters (a tied head appears once).
+        params = {n: p.detach() for n, p in model.named_parameters()}
+        shards = await dtensor_reshard.pull(update, into=params, allow_cast=True)
+        return WeightSync(shards.version, shards.seconds)
+    whole = await rdma_tensor.pull(update, into=model.state_dict(), allow_cast=True)
+    return WeightSync(whole.version, whole.seconds)

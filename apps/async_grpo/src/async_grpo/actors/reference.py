@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import torch
 from monarch.actor import Actor, endpoint
+from replay_buffer import Episode
 
-from async_grpo.batching import Rollout, pack, sequence_logprobs
+from async_grpo.batching import pack, sequence_logprobs
 from async_grpo.config import SamplingConfig
 from async_grpo.model import load_policy, load_tokenizer
 
@@ -21,12 +22,11 @@ class ReferenceModel(Actor):
         self._sampling = sampling
 
     @endpoint
-    async def logprobs(self, pairs: list[tuple[list[int], list[int]]]) -> list[list[float]]:
-        """For each (prompt_ids, response_ids): the reference log-prob of every response token."""
-        rollouts = [Rollout(p, r, [0.0] * len(r), 0.0) for p, r in pairs]
-        batch = pack(rollouts, self._pad)
+    async def logprobs(self, episodes: list[Episode]) -> torch.Tensor:
+        """[B, T] the reference log-prob of every response token of `episodes`, laid out as
+        `batching.pack` lays out the same episodes (0 on padding)."""
+        batch = pack(episodes, self._pad)
         with torch.no_grad():
-            lp = sequence_logprobs(
+            return sequence_logprobs(
                 self._model, batch, self._sampling.temperature, self._sampling.top_p, self._vocab
             )
-        return [lp[i, : len(r)].tolist() for i, (_, r) in enumerate(pairs)]

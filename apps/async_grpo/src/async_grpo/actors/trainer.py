@@ -1,5 +1,11 @@
-"""The trainer actor (one process): one GRPO step per batch, then publishes the new weights
-through `rdma-tensor`."""
+"""The trainer actor: one rank of the trainer, whether it has one process or several.
+
+With `trainer.procs == 1` the mesh holds one `Trainer` and weights go out through
+`rdma-tensor`; with more, every rank holds a shard of each weight (`sharding.py`) and
+publishes its shards through `dtensor-reshard`. Everything else (the step, its guards, the
+version) is `training.TrainerCore`. Every endpoint is called on the whole mesh: `train_step`
+and `full_weights` run collectives when sharded.
+"""
 
 from __future__ import annotations
 
@@ -7,36 +13,46 @@ import dataclasses
 import time
 
 import torch
+from dtensor_reshard import ShardManifest
 from monarch.actor import Actor, endpoint
-from rdma_tensor import Manifest, Publisher
 from replay_buffer import Episode
+from torch import Tensor
 
 from async_grpo.config import SamplingConfig, TrainerConfig
 from async_grpo.grpo import LossStats
 from async_grpo.model import load_policy, load_tokenizer
-from async_grpo.training import grpo_step, learning_rate, make_optimizer, to_rollouts
-from async_grpo.weight_sync import WeightUpdate
+from async_grpo.sharding import shard_model
+from async_grpo.training import TrainerCore
+from async_grpo.weight_sync import TrainerPublisher, WeightPart, WeightUpdate
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainResult:
-    """One optimizer step: the new `version`, the `weights` the generators pull it from, the
-    loss statistics (the whole batch's), the gradient norm before clipping, the learning
-    rate used, and seconds spent computing the step (`train_s`) and staging the weights
-    (`publish_s`)."""
+    """One optimizer step: the new `version`; `weights`, a rank's part of that version as
+    the rank returns it and the whole update once the controller merged the ranks
+    (`TrainerMesh.train_step`); the loss statistics (a rank's share; the whole batch's once
+    merged); the gradient norm before clipping; the learning rate used; seconds spent
+    computing the step (`train_s`) and staging the weights (`publish_s`)."""
 
     version: int
-    weights: WeightUpdate
+    weights: WeightPart | WeightUpdate
     stats: LossStats
     grad_norm: float
     lr: float
     train_s: float
     publish_s: float
 
+    @property
+    def update(self) -> WeightUpdate:
+        """The version as every generator pulls it (only once merged)."""
+        if isinstance(self.weights, ShardManifest):
+            raise TypeError("this is one rank's part of the weights: merge the ranks first")
+        return self.weights
+
 
 class Trainer(Actor):
-    """Holds the trainable policy, AdamW and the weight `Publisher`. `total_steps` sets the
-    learning-rate schedule's length."""
+    """Loads the policy from `model_path`, shards it when `cfg.procs > 1`, and trains it.
+    `total_steps` sets the learning-rate schedule's length."""
 
     def __init__(
         self,
@@ -48,41 +64,43 @@ class Trainer(Actor):
     ) -> None:
         torch.set_num_threads(1)
         torch.manual_seed(seed)
-        self._model = load_policy(model_path, torch.float32)
-        self._model.train(True)
+        model = load_policy(model_path, torch.float32)
+        model.train(True)
+        sharded = cfg.procs > 1
+        if sharded:
+            rank, world = shard_model(model)
+        else:
+            rank, world = 0, 1
+            if torch.cuda.is_available():
+                model.cuda()  # type: ignore[call-arg]
         tokenizer = load_tokenizer(model_path)
-        self._vocab, self._pad = len(tokenizer), int(tokenizer.pad_token_id or 0)
-        self._cfg, self._sampling, self._total = cfg, sampling, total_steps
-        self._opt = make_optimizer(self._model.parameters(), cfg)
-        self._publisher = Publisher()
-        self._version = 0
-
-    @endpoint
-    async def publish_initial(self) -> Manifest:
-        """Stages version 0 so generators can start from exactly the trainer's weights."""
-        return self._publisher.publish(self._model.state_dict(), self._version)
-
-    @endpoint
-    async def train_step(
-        self, episodes: list[Episode], ref_logprobs: list[list[float]] | None
-    ) -> TrainResult:
-        start = time.perf_counter()
-        step = grpo_step(
-            self._model,
-            self._opt,
-            to_rollouts(episodes, ref_logprobs),
-            cfg=self._cfg,
-            sampling=self._sampling,
-            vocab_size=self._vocab,
-            pad_id=self._pad,
-            lr=learning_rate(self._cfg, self._version, self._total),
+        self._core = TrainerCore(
+            model,
+            cfg,
+            sampling,
+            vocab_size=len(tokenizer),
+            pad_id=int(tokenizer.pad_token_id or 0),
+            total_steps=total_steps,
+            rank=rank,
+            world_size=world,
         )
-        self._version += 1
+        self._publisher = TrainerPublisher(model, rank, sharded)
+
+    @endpoint
+    async def publish_initial(self) -> WeightPart:
+        """Stages version 0 so generators start from exactly the trainer's weights."""
+        return self._publisher.publish(self._core.version)
+
+    @endpoint
+    async def train_step(self, episodes: list[Episode], ref_logprobs: Tensor | None) -> TrainResult:
+        """One step on this rank's share of the batch, then the new version staged."""
+        start = time.perf_counter()
+        step = self._core.step(episodes, ref_logprobs)
         trained = time.perf_counter()
-        manifest = self._publisher.publish(self._model.state_dict(), self._version)
+        weights = self._publisher.publish(self._core.version)
         return TrainResult(
-            version=self._version,
-            weights=manifest,
+            version=self._core.version,
+            weights=weights,
             stats=step.loss,
             grad_norm=step.grad_norm,
             lr=step.lr,
@@ -91,6 +109,14 @@ class Trainer(Actor):
         )
 
     @endpoint
-    async def full_weights(self) -> dict[str, torch.Tensor]:
-        """The current parameters by name (for checks)."""
-        return {n: p.detach().clone() for n, p in self._model.named_parameters()}
+    async def release(self, version: int) -> None:
+        """Every generator runs `version` or newer: older staging may be reused."""
+        self._publisher.release(version)
+
+    @endpoint
+    async def full_weights(self) -> dict[str, Tensor]:
+        """Every parameter, unsharded, on CPU (a collective when sharded)."""
+        return {
+            n: (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().cpu().clone()
+            for n, p in self._core.model.named_parameters()
+        }

@@ -1,0 +1,159 @@
+"""Starting and stopping the job's processes, and the controller's handles on them.
+
+Each component runs in its own process (a service: one process per replica): the dataset,
+the replay buffer, the trainer (one process or a sharded mesh), the reference model when
+the KL term is on, and the generator and reward services.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from collections.abc import Callable
+
+from actor_service import ReplicaEvent, Service, ServiceConfig, spawn_service
+from monarch.actor import ProcMesh, this_host
+from replay_buffer import Episode, ReplayBufferActor, ReplayBufferConfig
+from torch import Tensor
+
+from async_grpo.actors.dataset import DatasetActor
+from async_grpo.actors.generator import Generator
+from async_grpo.actors.reference import ReferenceModel
+from async_grpo.actors.reward import RewardActor
+from async_grpo.actors.trainer import Trainer, TrainResult
+from async_grpo.config import RunConfig
+from async_grpo.prepare import Prepared
+from async_grpo.training import add_stats
+from async_grpo.weight_sync import WeightUpdate, merge
+
+
+class TrainerMesh:
+    """The controller's handle on the trainer's ranks (one or more): every call goes to all
+    of them, and their answers are merged into the whole batch's."""
+
+    def __init__(self, ranks: Trainer) -> None:
+        self.ranks = ranks
+
+    async def publish_initial(self) -> WeightUpdate:
+        """Version 0, staged for the generators."""
+        return merge(list((await self.ranks.publish_initial.call()).values()))
+
+    async def train_step(self, episodes: list[Episode], ref_logprobs: Tensor | None) -> TrainResult:
+        """One optimizer step on the batch; returns once its weights are staged."""
+        steps = list((await self.ranks.train_step.call(episodes, ref_logprobs)).values())
+        return TrainResult(
+            version=steps[0].version,
+            weights=merge([s.weights for s in steps]),
+            stats=add_stats([s.stats for s in steps]),
+            grad_norm=steps[0].grad_norm,
+            lr=steps[0].lr,
+            train_s=max(s.train_s for s in steps),
+            publish_s=max(s.publish_s for s in steps),
+        )
+
+    async def release(self, version: int) -> None:
+        """Every generator runs `version` or newer: older staging may be reused."""
+        await self.ranks.release.call(version)
+
+    async def full_weights(self) -> dict[str, Tensor]:
+        """The current parameters, unsharded, by name."""
+        return dict(next(iter((await self.ranks.full_weights.call()).values())))
+
+
+@dataclasses.dataclass
+class Components:
+    """Handles to every running component, and every process mesh to stop at the end."""
+
+    dataset: DatasetActor
+    generator: Service[Generator]
+    reward: Service[RewardActor]
+    reference: ReferenceModel | None
+    buffer: ReplayBufferActor
+    trainer: TrainerMesh
+    procs: list[ProcMesh]
+
+
+async def spawn_trainer(cfg: RunConfig, model_path: str, procs: list[ProcMesh]) -> TrainerMesh:
+    """Spawns the trainer on a mesh of `cfg.trainer.procs` processes (appended to `procs`,
+    so the caller stops it even when set-up fails)."""
+    mesh = this_host().spawn_procs(per_host={"procs": cfg.trainer.procs})
+    procs.append(mesh)
+    if cfg.trainer.procs > 1:
+        # Imported here: a one-process trainer never pays for torch.distributed's set-up.
+        from monarch.spmd import setup_torch_elastic_env_async  # noqa: PLC0415
+
+        await setup_torch_elastic_env_async(mesh)
+    args = (model_path, cfg.trainer, cfg.sampling, cfg.seed, cfg.steps)
+    return TrainerMesh(mesh.spawn("trainer", Trainer, *args))
+
+
+async def spawn_components(
+    cfg: RunConfig, prep: Prepared, on_replica_event: Callable[[ReplicaEvent], None]
+) -> Components:
+    """Starts every component; `on_replica_event` hears of every service replica that dies,
+    comes back or is given up on."""
+    procs: list[ProcMesh] = []
+
+    def proc() -> ProcMesh:
+        mesh = this_host().spawn_procs(per_host={"procs": 1})
+        procs.append(mesh)
+        return mesh
+
+    buffer_cfg = ReplayBufferConfig(
+        max_policy_age=cfg.effective_max_policy_age,
+        max_buffer_size=cfg.buffer.capacity,
+        admission_limit=cfg.buffer.capacity,
+        group_size=cfg.sampling.group_size,
+        sampling="fifo",
+        seed=cfg.seed,
+    )
+    try:
+        dataset = proc().spawn("dataset", DatasetActor, cfg.data, prep.samples, cfg.seed)
+        buffer = proc().spawn("replay_buffer", ReplayBufferActor, buffer_cfg)
+        trainer = await spawn_trainer(cfg, prep.model_path, procs)
+        reference = None
+        if cfg.trainer.loss.kl_coef > 0:
+            reference = proc().spawn("reference", ReferenceModel, prep.model_path, cfg.sampling)
+        started = await asyncio.gather(
+            spawn_service(
+                Generator,
+                ServiceConfig(replicas=cfg.generator.replicas, name="generator"),
+                prep.model_path,
+                cfg.model,
+                cfg.sampling,
+                cfg.seed,
+            ),
+            spawn_service(
+                RewardActor,
+                ServiceConfig(replicas=cfg.reward.replicas, name="reward"),
+                cfg.reward.fns,
+            ),
+            return_exceptions=True,
+        )
+        generator, reward = started
+        if isinstance(generator, BaseException) or isinstance(reward, BaseException):
+            for svc in started:
+                if isinstance(svc, Service):
+                    await svc.shutdown()
+            raise next(e for e in started if isinstance(e, BaseException))
+    except BaseException:
+        await _stop(procs)  # the plain meshes started so far
+        raise
+    for svc in (generator, reward):
+        svc.add_listener(on_replica_event)
+    return Components(dataset, generator, reward, reference, buffer, trainer, procs)
+
+
+async def shutdown(c: Components) -> None:
+    """Stops every service and process this run started."""
+    for svc in (c.generator, c.reward):
+        with contextlib.suppress(Exception):
+            await svc.shutdown()
+    await _stop(c.procs)
+
+
+async def _stop(procs: list[ProcMesh]) -> None:
+    for mesh in procs:
+        with contextlib.suppress(Exception):
+            await mesh.stop()
