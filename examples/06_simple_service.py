@@ -30,6 +30,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 
 import monarch.actor
+from _checks import expect
 from actor_service import ReplicaEvent, RoundRobin, ServiceConfig, spawn_service
 from monarch._rust_bindings.monarch_hyperactor.supervision import SupervisionError
 from monarch.actor import Actor, ProcMesh, endpoint, this_host
@@ -129,16 +130,6 @@ async def with_the_package() -> None:
         expect(new.restarts == 1 and new.pids[0] not in pids, "replica 1 runs in a new process")
     finally:
         await svc.shutdown()
-
-
-# ---- checks and set-up -------------------------------------------------------------------
-
-
-def expect(ok: bool, what: str) -> None:
-    """Print a check's outcome; a failed check ends the example with a non-zero status."""
-    if not ok:
-        raise RuntimeError(f"check failed: {what}")
-    print(f"  ok: {what}")
 
 
 async def main() -> None:
