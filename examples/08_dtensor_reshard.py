@@ -10,8 +10,8 @@ What it teaches
     `packages/dtensor-reshard` plans the move from the two layouts alone, with a pure
     function: for every destination rank, which block of which source rank it needs. Both
     sides compute the same plan, so nothing but a few small handles travels in messages.
-    Then each source shares its shard (`ShardPublisher`) and each destination copies exactly
-    its blocks out of the sources' memory (`pull`). Every byte crosses a process boundary
+    Then each source shares its shard (`PlanPublisher`) and each destination copies exactly
+    its blocks out of the sources' memory (`pull_plan`). Every byte crosses a process boundary
     once, and only to the destination that needs it.
 
     The baseline is gather-then-slice: each destination reads every source shard in full
@@ -47,10 +47,10 @@ import torch.distributed as dist
 from dtensor_reshard import (
     Layout,
     PlanCache,
+    PlanPublisher,
     ReshardPlan,
-    ShardPublisher,
     SourceExport,
-    pull,
+    pull_plan,
     render_overlap,
 )
 from monarch.actor import Actor, ProcMesh, endpoint, this_host
@@ -74,7 +74,7 @@ def weights(name: str) -> torch.Tensor:
 @dataclass(frozen=True)
 class Moved:
     """One destination rank in one transfer: bytes it read out of other processes, and the
-    seconds it spent (inside `pull`, checks included, or inside the gather)."""
+    seconds it spent (inside `pull_plan`, checks included, or inside the gather)."""
 
     nbytes: int
     seconds: float
@@ -86,7 +86,7 @@ class Worker(Actor):
     def __init__(self) -> None:
         self.tensors: dict[str, DTensor] = {}
         self.cache = PlanCache()  # plans are computed once per pair of layouts
-        self.publisher: ShardPublisher | None = None
+        self.publisher: PlanPublisher | None = None
         self.shared: list[SharedTensor] = []
         self.full: dict[str, torch.Tensor] = {}  # the gather baseline's full-size buffers
 
@@ -114,7 +114,7 @@ class Worker(Actor):
     ) -> SourceExport:
         plan = self.cache.get(src, dst)
         if self.publisher is None:
-            self.publisher = ShardPublisher(dist.get_rank(), transport=transport)
+            self.publisher = PlanPublisher(dist.get_rank(), transport=transport)
         return self.publisher.publish(plan, self.tensors)
 
     @endpoint
@@ -122,7 +122,7 @@ class Worker(Actor):
         self, src: dict[str, Layout], dst: dict[str, Layout], exports: list[SourceExport]
     ) -> Moved:
         plan = self.cache.get(src, dst)
-        stats = await pull(plan, dist.get_rank(), exports, self.tensors)
+        stats = await pull_plan(plan, dist.get_rank(), exports, self.tensors)
         return Moved(stats.bytes_read, stats.seconds)
 
     @endpoint

@@ -9,7 +9,7 @@ For each case a source mesh of Monarch processes holds a float32 tensor (1 GiB; 
 
 Two methods move it, over the same transport (`--transport`):
 
-    overlap   `ShardPublisher` + `pull`: each destination copies only the boxes it needs.
+    overlap   `PlanPublisher` + `pull_plan`: each destination copies only the boxes it needs.
     gather    each destination reads every distinct source shard into a full-size buffer
               (`TensorHandle.read_into`; the buffer is allocated once, outside the timing),
               then copies its own slice out of it.
@@ -45,11 +45,11 @@ from dtensor_reshard import (
     Box,
     Layout,
     PlanCache,
+    PlanPublisher,
     PullStats,
     ReshardPlan,
-    ShardPublisher,
     SourceExport,
-    pull,
+    pull_plan,
 )
 from monarch.actor import Actor, ProcMesh, endpoint, this_host
 from rdma_tensor import SharedTensor, TensorHandle, Transport, share
@@ -90,7 +90,7 @@ class BenchWorker(Actor):
         self.layout: Layout | None = None
         self.rank = 0
         self.cache = PlanCache()
-        self.publisher: ShardPublisher | None = None
+        self.publisher: PlanPublisher | None = None
         self.shared: SharedTensor | None = None
         self.full = torch.empty(0)
 
@@ -114,7 +114,7 @@ class BenchWorker(Actor):
         plan = self.cache.get({"x": src}, {"x": dst})
         if self.publisher is None:
             staged = transport is Transport.RDMA
-            self.publisher = ShardPublisher(self.rank, staged=staged, transport=transport)
+            self.publisher = PlanPublisher(self.rank, staged=staged, transport=transport)
         return self.publisher.publish(plan, {"x": self.shard})
 
     @endpoint
@@ -125,7 +125,7 @@ class BenchWorker(Actor):
     @endpoint
     async def pull(self, src: Layout, dst: Layout, exports: list[SourceExport]) -> PullStats:
         plan: ReshardPlan = self.cache.get({"x": src}, {"x": dst})
-        return await pull(plan, self.rank, exports, {"x": self.shard})
+        return await pull_plan(plan, self.rank, exports, {"x": self.shard})
 
     # ---- gather, then slice
     @endpoint

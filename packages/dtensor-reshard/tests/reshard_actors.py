@@ -14,17 +14,21 @@ from dtensor_reshard import (
     Layout,
     Placement,
     PlanCache,
+    PlanPublisher,
     PullStats,
     ReshardPlan,
-    ShardPublisher,
+    ShardedManifest,
+    ShardedPublisher,
+    ShardManifest,
     SourceExport,
     pull,
+    pull_plan,
 )
 from monarch.actor import Actor, endpoint
 from rdma_tensor import Transport
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.tensor import DTensor, distribute_tensor
+from torch.distributed.tensor import DTensor, Shard, distribute_tensor
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -70,7 +74,7 @@ class DTensorWorker(Actor):
     def __init__(self) -> None:
         self.tensors: dict[str, dict[str, DTensor]] = {"src": {}, "dst": {}}
         self.cache = PlanCache()
-        self.publisher: ShardPublisher | None = None
+        self.publisher: PlanPublisher | None = None
         self.mode: tuple[bool, Transport | None] = (False, None)
 
     @endpoint
@@ -127,7 +131,7 @@ class DTensorWorker(Actor):
         if self.publisher is None or self.mode != (staged, transport):
             if self.publisher is not None:
                 self.publisher.close()
-            self.publisher = ShardPublisher(self._rank("src"), staged=staged, transport=transport)
+            self.publisher = PlanPublisher(self._rank("src"), staged=staged, transport=transport)
             self.mode = (staged, transport)
         return self.publisher.publish(plan, self.tensors["src"])
 
@@ -140,7 +144,7 @@ class DTensorWorker(Actor):
         colocated: bool = False,
     ) -> PullStats:
         plan = self.cache.get(src, dst, colocated=colocated)
-        return await pull(plan, self._rank("dst"), exports, self.tensors["dst"])
+        return await pull_plan(plan, self._rank("dst"), exports, self.tensors["dst"])
 
     @endpoint
     async def release(self) -> None:
@@ -162,15 +166,103 @@ class PlainSource(Actor):
     `publish` uses a publisher of its own, so direct and staged exports can coexist."""
 
     def __init__(self) -> None:
-        self.publishers: list[ShardPublisher] = []
+        self.publishers: list[PlanPublisher] = []
 
     @endpoint
     async def publish(
         self, plan: ReshardPlan, rank: int, shards: dict[str, torch.Tensor], staged: bool
     ) -> SourceExport:
-        self.publishers.append(ShardPublisher(rank, staged=staged))
+        self.publishers.append(PlanPublisher(rank, staged=staged))
         return self.publishers[-1].publish(plan, shards)
 
     @endpoint
     async def pid(self) -> int:
         return os.getpid()
+
+
+def version_weights(seed: int) -> dict[str, torch.Tensor]:
+    """The tiny transformer's weights for one version (the same in every process)."""
+    return {n: t.clone() for n, t in tiny_transformer(seed).state_dict().items()}
+
+
+class ShardedTrainerRank(Actor):
+    """One rank of a sharded "trainer": the tiny transformer's weights as `Shard(0)` DTensors
+    over its gloo world (uneven shards included), published with a `ShardedPublisher`."""
+
+    def __init__(self) -> None:
+        self.params: dict[str, DTensor] = {}
+        self.publisher: ShardedPublisher | None = None
+
+    @endpoint
+    async def setup(self, destination: dict[str, Layout] | None = None) -> None:
+        if not dist.is_initialized():
+            dist.init_process_group("gloo")
+        mesh = DeviceMesh("cpu", torch.arange(dist.get_world_size()))
+        weights = version_weights(0)
+        self.params = {n: distribute_tensor(t, mesh, [Shard(0)]) for n, t in weights.items()}
+        self.publisher = ShardedPublisher(dist.get_rank(), destination=destination)
+
+    @endpoint
+    async def step(self, seed: int) -> None:
+        """An "optimizer step": every local shard takes the weights of `seed`, in place."""
+        for name, full in version_weights(seed).items():
+            param = self.params[name]
+            layout = Layout.from_dtensor(param)
+            rank = layout.rank_of(tuple(param.device_mesh.get_coordinate() or ()))
+            param.to_local().copy_(layout.local_shard(rank, full))
+
+    @endpoint
+    async def publish(self, version: int) -> ShardManifest:
+        assert self.publisher is not None
+        return self.publisher.publish(self.params, version)
+
+    @endpoint
+    async def release(self, version: int) -> None:
+        assert self.publisher is not None
+        self.publisher.release(version)
+
+    @endpoint
+    async def publish_error(self, case: str) -> str:
+        """Tries one bad publish; returns "ErrorType: message" ("" if it was accepted)."""
+        assert self.publisher is not None
+        args: dict[str, tuple[object, object]] = {
+            "stale": (self.params, 0),
+            "negative": (self.params, -1),
+            "plain": ({**self.params, "extra": torch.zeros(2)}, 99),
+            "empty": ({}, 99),
+            "wrong_rank": (self.params, 99),
+            "closed": (self.params, 99),
+        }
+        publisher = self.publisher
+        if case == "wrong_rank":
+            publisher = ShardedPublisher(dist.get_rank() + 1)
+        elif case == "closed":
+            publisher = ShardedPublisher(dist.get_rank())
+            publisher.close()
+        state, version = args[case]
+        try:
+            publisher.publish(state, version)  # type: ignore[arg-type]
+        except Exception as e:
+            return f"{type(e).__name__}: {e}"
+        return ""
+
+    @endpoint
+    async def pid(self) -> int:
+        return os.getpid()
+
+
+class UnshardedGenerator(Actor):
+    """A "generator" holding the whole tiny transformer (no process group), pulling versions
+    through `dtensor_reshard.pull`."""
+
+    def __init__(self) -> None:
+        self.model = tiny_transformer(99)
+
+    @endpoint
+    async def update(self, manifest: ShardedManifest) -> tuple[int, int]:
+        result = await pull(manifest, into=dict(self.model.state_dict()))
+        return result.version, result.bytes_read
+
+    @endpoint
+    async def weights(self) -> dict[str, torch.Tensor]:
+        return {n: t.clone() for n, t in self.model.state_dict().items()}

@@ -1,4 +1,4 @@
-"""`ShardPublisher` and `pull` end to end inside one process (rdma-tensor serves same-process
+"""`PlanPublisher` and `pull_plan` end to end inside one process (rdma-tensor serves same-process
 reads), over random layouts, strided destinations, and every kind of bad input."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import torch
 from dtensor_reshard import (
     Layout,
     PlanCache,
+    PlanPublisher,
     ReshardError,
     ReshardPlan,
-    ShardPublisher,
     SourceExport,
-    pull,
+    pull_plan,
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -29,8 +29,8 @@ SENTINEL = -7
 
 def _publish(
     plan: ReshardPlan, sources: list[dict[str, torch.Tensor]], staged: bool
-) -> tuple[list[ShardPublisher], list[SourceExport]]:
-    publishers = [ShardPublisher(r, staged=staged) for r in range(plan.num_src_ranks)]
+) -> tuple[list[PlanPublisher], list[SourceExport]]:
+    publishers = [PlanPublisher(r, staged=staged) for r in range(plan.num_src_ranks)]
     return publishers, [p.publish(plan, s) for p, s in zip(publishers, sources, strict=True)]
 
 
@@ -63,7 +63,7 @@ async def test_random_layouts_both_modes(
     read = 0
     for rank in range(dst.num_ranks):
         out = torch.full(dst.local_shape(rank), float(SENTINEL))
-        stats = await pull(plan, rank, exports, {"x": out})
+        stats = await pull_plan(plan, rank, exports, {"x": out})
         assert torch.equal(out, want[rank])
         read += stats.bytes_read
     assert read == plan.bytes_moved
@@ -75,7 +75,7 @@ async def test_strided_destination_and_staging_reuse_across_versions() -> None:
     src = Layout((6, 8), torch.float32, (2,), (Shard(0),))
     dst = Layout((6, 8), torch.float32, (2,), (Shard(1),))
     plan = PlanCache().get({"x": src}, {"x": dst})
-    publishers = [ShardPublisher(r, staged=True) for r in range(2)]
+    publishers = [PlanPublisher(r, staged=True) for r in range(2)]
     # Destination shards that are transposed views: every box written is non-contiguous.
     outs = [torch.zeros(4, 6).t() for _ in range(2)]
     assert not outs[0].is_contiguous()
@@ -88,7 +88,7 @@ async def test_strided_destination_and_staging_reuse_across_versions() -> None:
         ]
         handles.append([h.uid for e in exports for _, _, h in e.buffers])
         for rank in range(2):
-            await pull(plan, rank, exports, {"x": outs[rank]})
+            await pull_plan(plan, rank, exports, {"x": outs[rank]})
             assert torch.equal(outs[rank], dst.local_shard(rank, full))
         for p in publishers:
             p.release()
@@ -108,7 +108,7 @@ async def test_replicated_destinations_read_one_shared_buffer() -> None:
         assert len({h.uid for _, _, h in export.buffers}) == 1  # packed once for 3 readers
     for rank in range(3):
         out = torch.zeros(8, 6)
-        stats = await pull(plan, rank, exports, {"x": out})
+        stats = await pull_plan(plan, rank, exports, {"x": out})
         assert torch.equal(out, full)
         assert stats.bytes_read == 8 * 6 * 4
     for p in publishers:
@@ -121,11 +121,11 @@ async def test_direct_mode_reads_the_live_source() -> None:
     dst = Layout((4,), torch.int64, (2,), (Shard(0),))
     plan = PlanCache().get({"x": src}, {"x": dst})
     shard = torch.arange(4)
-    publisher = ShardPublisher(0, staged=False)
+    publisher = PlanPublisher(0, staged=False)
     exports = [publisher.publish(plan, {"x": shard})]
     shard.add_(10)
     out = torch.zeros(2, dtype=torch.int64)
-    await pull(plan, 1, exports, {"x": out})
+    await pull_plan(plan, 1, exports, {"x": out})
     assert out.tolist() == [12, 13]
     publisher.close()
 
@@ -149,7 +149,7 @@ class _Setup:
 async def test_bad_pulls_fail_before_any_byte_moves(staged: bool) -> None:
     s = _Setup(staged)
     other = PlanCache().get(s.src, {"w": Layout((4, 6), torch.float32, (3,), (Shard(0),))})
-    foreign = ShardPublisher(0, staged=staged).publish(
+    foreign = PlanPublisher(0, staged=staged).publish(
         other, {"w": s.src["w"].local_shard(0, s.full).clone()}
     )
     bad: list[tuple[tuple[Any, ...], str]] = [
@@ -163,7 +163,7 @@ async def test_bad_pulls_fail_before_any_byte_moves(staged: bool) -> None:
     ]
     for args, message in bad:
         with pytest.raises(ReshardError, match=message):
-            await pull(*args)
+            await pull_plan(*args)
         assert bool((s.out == SENTINEL).all()), "a rejected pull changed the destination"
     s.close()
 
@@ -174,24 +174,24 @@ async def test_pull_after_release_fails_cleanly_in_direct_and_staged() -> None:
         for p in s.publishers:
             p.close()
         with pytest.raises(Exception, match="closed"):
-            await pull(s.plan, 0, s.exports, {"w": s.out})
+            await pull_plan(s.plan, 0, s.exports, {"w": s.out})
 
 
 def test_bad_publishes_fail_before_anything_is_shared() -> None:
     s = _Setup(staged=True)
     layout = s.src["w"]
     with pytest.raises(ReshardError, match="source rank 2 is outside the mesh"):
-        ShardPublisher(2).publish(s.plan, {"w": torch.zeros(2, 6)})
+        PlanPublisher(2).publish(s.plan, {"w": torch.zeros(2, 6)})
     with pytest.raises(ReshardError, match=r"source tensor 'w' on rank 0 is \(3, 6\)"):
-        ShardPublisher(0).publish(s.plan, {"w": torch.zeros(3, 6)})
-    publisher = ShardPublisher(0, staged=False)
+        PlanPublisher(0).publish(s.plan, {"w": torch.zeros(3, 6)})
+    publisher = PlanPublisher(0, staged=False)
     strided = torch.zeros(6, 2).t()
     assert tuple(strided.shape) == layout.local_shape(0)
     with pytest.raises(ReshardError, match="'w' is not contiguous"):
         publisher.publish(s.plan, {"w": strided})
     assert not publisher._shards  # nothing was shared
     with pytest.raises(ReshardError, match="with RDMA use staged=True"):
-        ShardPublisher(0, staged=False, transport=Transport.RDMA)
+        PlanPublisher(0, staged=False, transport=Transport.RDMA)
     s.close()
 
 
@@ -204,12 +204,12 @@ async def test_colocated_pieces_are_copied_in_process() -> None:
     sources = [{"w": src["w"].local_shard(r, full).clone()} for r in range(2)]
     publishers, exports = _publish(plan, sources, staged=True)
     out = torch.zeros(4, 2)
-    stats = await pull(plan, 0, exports, {"w": out})
+    stats = await pull_plan(plan, 0, exports, {"w": out})
     assert torch.equal(out, full[:, :2])
     assert (stats.bytes_local, stats.bytes_read) == (2 * 2 * 4, 2 * 2 * 4)
     publishers[0].release()  # the co-located source is gone: its local piece cannot be served
     with pytest.raises(ReshardError, match="co-located source rank 0 has no live export"):
-        await pull(plan, 0, exports, {"w": out})
+        await pull_plan(plan, 0, exports, {"w": out})
     for p in publishers:
         p.close()
     assert prod(out.shape) == 8
@@ -222,12 +222,12 @@ async def test_direct_mode_shares_replaced_tensors_anew() -> None:
     src = Layout((64, 32), torch.float32, (1,), (Replicate(),))
     dst = Layout((64, 32), torch.float32, (2,), (Shard(1),))
     plan = PlanCache().get({"x": src}, {"x": dst})
-    publisher = ShardPublisher(0, staged=False)
+    publisher = PlanPublisher(0, staged=False)
     for version in range(6):
         full = torch.full((64, 32), float(version))
         exports = [publisher.publish(plan, {"x": full})]
         out = torch.zeros(64, 16)
-        await pull(plan, 1, exports, {"x": out})
+        await pull_plan(plan, 1, exports, {"x": out})
         assert bool((out == version).all()), f"version {version} read stale data"
         publisher.release()
         del full

@@ -1,5 +1,6 @@
 """A source process SIGKILLed after publishing: each destination's pull fails at once with
-rdma-tensor's clear error, and the destination shards are left exactly as they were."""
+rdma-tensor's clear error, and the destination shards are left exactly as they were (for
+`pull_plan` in both modes, and for the versioned `pull` of a `ShardedPublisher`'s version)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ import signal
 
 import pytest
 import torch
-from dtensor_reshard import Layout, PlanCache, pull
+from dtensor_reshard import Layout, PlanCache, merge, pull, pull_plan
 from monarch.actor import this_host
+from monarch.spmd import setup_torch_elastic_env_async
 from rdma_tensor import PublisherDiedError
-from reshard_actors import PlainSource
+from reshard_actors import PlainSource, ShardedTrainerRank, version_weights
 from torch.distributed.tensor import Replicate, Shard
 
 
@@ -43,7 +45,7 @@ async def test_pull_from_a_killed_source_fails_cleanly_in_both_modes() -> None:
         }
         for export in exports.values():
             out = torch.zeros(3, 4)
-            await pull(plan, 0, [export], {"w": out})  # alive: the pull works
+            await pull_plan(plan, 0, [export], {"w": out})  # alive: the pull works
             assert torch.equal(out, full[:3])
 
         pid = await source.pid.call_one()
@@ -52,7 +54,32 @@ async def test_pull_from_a_killed_source_fails_cleanly_in_both_modes() -> None:
         for staged, export in exports.items():
             untouched = torch.full((3, 4), 5.0)
             with pytest.raises(PublisherDiedError, match=f"pid {pid}"):
-                await pull(plan, 1, [export], {"w": untouched})
+                await pull_plan(plan, 1, [export], {"w": untouched})
             assert bool((untouched == 5.0).all()), f"staged={staged} changed the destination"
+    finally:
+        await doomed.stop()
+
+
+async def test_versioned_pull_from_a_killed_rank_leaves_into_untouched() -> None:
+    doomed = this_host().spawn_procs(per_host={"procs": 1})
+    try:
+        await setup_torch_elastic_env_async(doomed)
+        trainer = doomed.spawn("trainer", ShardedTrainerRank)
+        await trainer.setup.call()
+        await trainer.step.call(1)
+        manifest = merge(list((await trainer.publish.call(1)).values()))
+        into = {n: torch.zeros_like(t) for n, t in version_weights(0).items()}
+        assert (await pull(manifest, into=into)).version == 1  # alive: the pull works
+        assert all(torch.equal(into[n], t) for n, t in version_weights(1).items())
+        for t in into.values():
+            t.fill_(5.0)  # what a partial write would be seen against
+
+        pid = (await trainer.pid.call()).item(procs=0)
+        os.kill(pid, signal.SIGKILL)
+        await _until_dead(pid)
+        with pytest.raises(PublisherDiedError, match=f"pid {pid}"):
+            await pull(manifest, into=into)
+        for name, t in into.items():
+            assert bool((t == 5.0).all()), f"{name} changed"
     finally:
         await doomed.stop()

@@ -1,10 +1,11 @@
-"""The data contracts of a transfer: what a source publishes and what a pull reports.
+"""The data contracts of a plan-based transfer: what a source publishes and what a pull
+reports.
 
 One version flows in three steps, driven by the controller:
 
-    exports = await sources.publish.call()     # each source: ShardPublisher.publish(...)
-    await destinations.pull.call(exports)      # each destination: await pull(...)
-    await sources.release.call()               # each source: ShardPublisher.release()
+    exports = await sources.publish.call()     # each source: PlanPublisher.publish(...)
+    await destinations.pull.call(exports)      # each destination: await pull_plan(...)
+    await sources.release.call()               # each source: PlanPublisher.release()
 
 Only the `SourceExport`s travel through actor messages (well under a kilobyte per tensor and
 source rank); where each piece sits follows from the `ReshardPlan` both sides hold.
@@ -41,6 +42,9 @@ class SourceExport:
         buffers: staged mode: (destination rank, dtype, handle) per staging buffer; each is
             1-D and holds `ReshardPlan.slots(src_rank, destination rank, dtype)` back to back.
         token: identifies this export's source tensors inside the source's own process.
+        stamp: staged mode: (handle of the buffers' one-int64 stamp, the value it holds while
+            the buffers hold this export's data). A different value means the buffers were
+            released and packed again (or are being packed); `pull_plan` then refuses them.
     """
 
     src_rank: int
@@ -48,6 +52,7 @@ class SourceExport:
     shards: tuple[tuple[str, TensorHandle], ...]
     buffers: tuple[tuple[int, torch.dtype, TensorHandle], ...]
     token: str
+    stamp: tuple[TensorHandle, int] | None = None
 
     @property
     def staged(self) -> bool:
@@ -56,7 +61,7 @@ class SourceExport:
 
 @dataclass(frozen=True)
 class PullStats:
-    """What one destination rank's `pull` did.
+    """What one destination rank's `pull_plan` did.
 
     Attributes:
         bytes_read: bytes copied out of other processes' memory (through handles).

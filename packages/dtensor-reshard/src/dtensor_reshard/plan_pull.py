@@ -1,4 +1,5 @@
-"""The destination side of a transfer: `pull` fills one destination rank's local shards."""
+"""The destination side of a plan-based transfer: `pull_plan` fills one destination rank's
+local shards straight from the sources' exports."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import time
 from collections.abc import Mapping, Sequence
 
 import torch
-from rdma_tensor import TensorHandle, Transport
+from rdma_tensor import StaleVersionError, TensorHandle, Transport
 from rdma_tensor.lowlevel import check_owner, choose_transport, local_tensor
 
 from dtensor_reshard.errors import ReshardError
@@ -55,7 +56,7 @@ def _mapped(handle: TensorHandle, src_rank: int) -> torch.Tensor:
     if transport is Transport.RDMA:
         raise ReshardError(
             f"source rank {src_rank} shared its shards in place (direct mode), which only "
-            "same-machine destinations can read; publish with ShardPublisher(staged=True)"
+            "same-machine destinations can read; publish with PlanPublisher(staged=True)"
         )
     check_owner(handle.owner)
     return local_tensor(handle, transport)
@@ -67,6 +68,25 @@ def _run(copies: list[_Copy]) -> None:
             dst.copy_(src)
     if any(d.is_cuda or s.is_cuda for d, s in copies):
         torch.cuda.synchronize()
+
+
+async def _check_stamps(exports: Sequence[SourceExport]) -> None:
+    """Raises `StaleVersionError` if any staged export's buffers no longer hold its data."""
+
+    async def read(export: SourceExport) -> tuple[SourceExport, int, int]:
+        assert export.stamp is not None
+        handle, want = export.stamp
+        got = torch.empty(1, dtype=torch.int64)
+        await handle.read_into(got)
+        return export, want, int(got.item())
+
+    for export, want, got in await asyncio.gather(*(read(e) for e in exports)):
+        if got != want:
+            now = "are being packed again" if got < 0 else "hold a later publish"
+            raise StaleVersionError(
+                f"source rank {export.src_rank}'s staging buffers for this export {now}: it "
+                "was released before this pull finished; pull the newer export instead"
+            )
 
 
 async def _read_buffer(
@@ -88,7 +108,7 @@ async def _read_buffer(
     return result.nbytes
 
 
-async def pull(
+async def pull_plan(
     plan: ReshardPlan,
     dst_rank: int,
     exports: Sequence[SourceExport],
@@ -102,8 +122,12 @@ async def pull(
     `ReshardError` (or rdma-tensor's transport errors) before any destination byte changes.
     Direct exports: boxes are copied straight from the mapped source shards (in a worker
     thread, so the actor's event loop stays free). Staged exports: whole buffers are read
-    concurrently across source ranks. If a source dies mid-pull the error propagates and
-    this rank's shards are partly updated: pull again from a fresh publish before using them.
+    concurrently across source ranks, and each source's stamp is read before and after; an
+    export released (`PlanPublisher.release`) and re-packed before the reads began raises
+    `StaleVersionError` before any write, one re-packed during the reads raises it after.
+    If a source dies or is re-packed mid-pull, this rank's shards are partly updated: pull
+    again from a fresh publish before using them (`dtensor_reshard.pull` stages instead, so
+    its destination is never partly updated).
     """
     began = time.perf_counter()
     out = local_shards(plan, dst_rank, tensors, "destination")
@@ -142,10 +166,17 @@ async def pull(
     for handle, _ in buffers:
         if choose_transport(handle) is not Transport.RDMA:
             check_owner(handle.owner)  # a closed or dead same-machine source fails before writes
+    stamped = [
+        e
+        for e in by_rank.values()
+        if e.stamp is not None and any(d == dst_rank for d, _, _ in e.buffers)
+    ]
+    await _check_stamps(stamped)
     reads = [_read_buffer(handle, slots, out) for handle, slots in buffers]
     _, read = await asyncio.gather(
         asyncio.to_thread(_run, local_copies + remote_copies), asyncio.gather(*reads)
     )
+    await _check_stamps(stamped)
     read_bytes = sum(read) + sum(d.numel() * d.element_size() for d, _ in remote_copies)
     local_bytes = sum(d.numel() * d.element_size() for d, _ in local_copies)
     issued = len(reads) + len(remote_copies)
