@@ -38,7 +38,7 @@ MEMBERS = {
     "async-grpo": "apps/async_grpo",
 }
 
-nox.options.sessions = ["lint", "typecheck", "tests", "integration", "examples"]
+nox.options.sessions = ["lint", "typecheck", "tests", "integration", "examples", "browser"]
 nox.options.default_venv_backend = "none"
 nox.options.error_on_external_run = False
 
@@ -158,6 +158,29 @@ def examples(session: nox.Session) -> None:
     _run(session, bin_dir, "mypy", "--config-file", "pyproject.toml", "examples")
     for script in scripts:
         _run(session, bin_dir, "python", str(script), *EXAMPLE_ARGS.get(script.name, []))
+
+
+@nox.session
+def browser(session: nox.Session) -> None:
+    """The async-grpo report in headless Chromium: Playwright (dependency group `browser`)
+    drives Debian's `chromium`, which Playwright cannot download here. Installs it with
+    apt-get when it is missing and this runs as root; otherwise skips, naming the package."""
+    if shutil.which("chromium") is None:
+        if os.geteuid() != 0 or shutil.which("apt-get") is None:
+            session.skip("needs Chromium: install the Debian package `chromium` (as root)")
+        env = {"DEBIAN_FRONTEND": "noninteractive"}
+        session.run("apt-get", "update", "-qq", external=True, env=env)
+        session.run("apt-get", "install", "-y", "-qq", "chromium", external=True, env=env)
+    bin_dir = _env(
+        session, "browser", "--no-dev", "--no-emit-project", "--all-packages", "--group", "browser"
+    )
+    env = {
+        "VIRTUAL_ENV": str(bin_dir.parent),
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "ASYNC_GRPO_REQUIRE_BROWSER": "1",  # here a missing browser fails instead of skipping
+    }
+    test = "apps/async_grpo/tests/test_report_browser.py"
+    session.run(str(bin_dir / "pytest"), test, *session.posargs, env=env, external=True)
 
 
 @nox.session
