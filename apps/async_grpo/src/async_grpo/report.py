@@ -13,11 +13,13 @@ there with a banner saying so; a directory with no run in it is an error.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import html
 import json
 import math
 import re
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -41,13 +43,15 @@ class ReportError(ValueError):
 class RunData:
     """What a run directory holds: the `metrics.jsonl` rows (dicts of `metrics.StepRow`
     fields, in step order; `version` numbers the steps), the merged trace (None when
-    tracing was off), the run's `config.json` if it wrote one, and whether the run was cut
+    tracing was off), the run's `config.json` if it wrote one, its staleness bound (from
+    the config or the sweep's manifest; sync mode counts as 0), and whether the run was cut
     short, with notes saying why or what is missing."""
 
     run_dir: Path
     rows: tuple[Row, ...]
     trace: Trace | None
     config: dict[str, Any] | None
+    max_policy_age: int | None
     cut_short: bool
     notes: tuple[str, ...]
 
@@ -72,9 +76,10 @@ def _read_rows(path: Path, notes: list[str]) -> tuple[list[Row], bool]:
     return rows, torn
 
 
-def load_run(run_dir: Path) -> RunData:
+def load_run(run_dir: Path, max_policy_age: int | None = None) -> RunData:
     """Reads a run directory; merges `trace/` into `trace.json` when the run was killed before
-    it could. Raises `ReportError` when there is no run in it."""
+    it could. `max_policy_age`: the run's bound when its directory does not say. Raises
+    `ReportError` when there is no run in it."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ReportError(f"{run_dir}: no such directory")
@@ -107,16 +112,17 @@ def load_run(run_dir: Path) -> RunData:
     config_path = run_dir / "config.json"
     config = json.loads(config_path.read_text()) if config_path.exists() else None
     cut = torn or (trace.cut_short if trace is not None else False)
-    return RunData(run_dir, tuple(rows), trace, config, cut, tuple(notes))
+    age = _configured_age(config)
+    age = age if age is not None else max_policy_age
+    return RunData(run_dir, tuple(rows), trace, config, age, cut, tuple(notes))
 
 
-def max_policy_age(run: RunData) -> int | None:
-    """The run's staleness bound from its `config.json` (sync mode counts as 0)."""
-    if run.config is None:
+def _configured_age(config: dict[str, Any] | None) -> int | None:
+    if config is None:
         return None
-    if run.config.get("mode") == "sync":
+    if config.get("mode") == "sync":
         return 0
-    age = run.config.get("buffer", {}).get("max_policy_age")
+    age = config.get("buffer", {}).get("max_policy_age")
     return int(age) if age is not None else None
 
 
@@ -127,9 +133,8 @@ def summarize(run: RunData) -> dict[str, float | None]:
     rows, last = run.rows, (run.rows[-1] if run.rows else {})
     util = utilization(run.trace) if run.trace is not None else {}
     stale = [float(r["staleness_mean"]) for r in rows if r.get("staleness_mean") is not None]
-    age = max_policy_age(run)
     stats = {
-        "max_policy_age": age,
+        "max_policy_age": run.max_policy_age,
         "episodes_per_s": last.get("episodes_per_s"),
         "generator_busy": util["generator"].overall if "generator" in util else None,
         "trainer_busy": util["trainer"].overall if "trainer" in util else None,
@@ -213,7 +218,7 @@ def render(runs: Sequence[RunData], labels: Sequence[str], title: str) -> str:
 
 
 def _label(run: RunData, fallback: str) -> str:
-    age = max_policy_age(run)
+    age = run.max_policy_age
     if age is None:
         return fallback
     return f"max_policy_age {age}" + (" (sync)" if age == 0 else "")
@@ -225,10 +230,10 @@ def write_report(run_dir: Path, out: Path | None = None) -> Path:
     run_dir = Path(run_dir)
     manifest = run_dir / "sweep.json"
     if manifest.exists():
-        entries = json.loads(manifest.read_text())["runs"]
-        if not entries:
-            raise ReportError(f"{manifest}: the sweep lists no runs")
-        runs = [load_run(run_dir / e["dir"]) for e in entries]
+        entries = json.loads(manifest.read_text()).get("runs")
+        if not isinstance(entries, list) or not entries:
+            raise ReportError(f'{manifest}: expected {{"runs": [{{"dir": ...}}, ...]}}, no runs')
+        runs = [load_run(run_dir / e["dir"], e.get("max_policy_age")) for e in entries]
         labels = [_label(r, e["dir"]) for r, e in zip(runs, entries, strict=True)]
         title = f"Sweep: {len(runs)} runs from sync to async"
     else:
@@ -238,3 +243,23 @@ def write_report(run_dir: Path, out: Path | None = None) -> Path:
     out = out or run_dir / "report.html"
     out.write_text(render(runs, labels, title), encoding="utf-8")
     return out
+
+
+def main(argv: list[str]) -> int:
+    """`async-grpo report RUN_DIR [--out FILE]`: writes the report of a run or a sweep.
+    Exit status 0, or 2 with one line on stderr when there is nothing to report."""
+    parser = argparse.ArgumentParser(
+        prog="async-grpo report",
+        description="Writes RUN_DIR/report.html: one offline page with the run's curves and "
+        "the utilization of every component from its trace (a slider for a sweep directory).",
+    )
+    parser.add_argument("run_dir", type=Path, help="the out_dir of a run, or of a sweep")
+    parser.add_argument("--out", type=Path, default=None, help="default: RUN_DIR/report.html")
+    args = parser.parse_args(argv)
+    try:
+        out = write_report(args.run_dir, args.out)
+    except (ReportError, OSError, ValueError, KeyError) as e:
+        print(f"async-grpo report: error: {e}", file=sys.stderr)
+        return 2
+    print(f"report: {out}")
+    return 0
