@@ -53,6 +53,9 @@ TRACE_ENV = "ASYNC_GRPO_TRACE_DIR"
 FORMAT = 1
 """Version of the per-process file format (the `process` header line carries it)."""
 
+_Event = tuple[str, bool, int, int, int, dict[str, Any]]
+"""A closed span before encoding: name, wait, lane id, start and end (perf_counter ns), args."""
+
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
@@ -157,8 +160,9 @@ class Tracer:
     def __init__(self, path: Path, kind: str, index: int | None = None, flush_s: float = 0.5):
         self.path, self.kind, self.index = path, kind, index
         self.offset_ns = time.time_ns() - time.perf_counter_ns()
-        self._lock = threading.Lock()
-        self._pending: list[str] = []
+        self._lock = threading.Lock()  # lanes and the pending list
+        self._io_lock = threading.Lock()  # the file
+        self._pending: list[str | _Event] = []
         self._lanes: dict[str, list[_Lane]] = {}
         self._lane_count = 0
         self._closed = False
@@ -213,34 +217,44 @@ class Tracer:
     def _close(self, span: Span, end_ns: int) -> None:
         lane = span._lane
         assert lane is not None, "a span closed that was never opened"
-        event: dict[str, Any] = {
-            "type": "X",
-            "name": span.name,
-            "cat": "wait" if span.wait else "busy",
-            "lane": lane.id,
-            "ts": self._us(span.start_ns),
-            "dur": round((end_ns - span.start_ns) / 1000, 3),
-        }
-        if span.args:
-            event["args"] = span.args
-        line = json.dumps(event, default=str)
+        # Encoded at flush time, off the instrumented code's path.
+        event = (span.name, span.wait, lane.id, span.start_ns, end_ns, span.args)
         with self._lock:
-            if span in lane.stack:
+            if lane.stack and lane.stack[-1] is span:
+                lane.stack.pop()
+            elif span in lane.stack:
                 lane.stack.remove(span)
-        self._append(line)
-
-    def _append(self, line: str) -> None:
-        with self._lock:
-            self._pending.append(line)
+            self._pending.append(event)
             full = len(self._pending) >= 512
         if full:
             self.flush()
 
+    def _append(self, line: str) -> None:
+        with self._lock:
+            self._pending.append(line)
+
+    def _encode(self, item: str | _Event) -> str:
+        if isinstance(item, str):
+            return item
+        name, wait, lane, start_ns, end_ns, args = item
+        event: dict[str, Any] = {
+            "type": "X",
+            "name": name,
+            "cat": "wait" if wait else "busy",
+            "lane": lane,
+            "ts": self._us(start_ns),
+            "dur": round((end_ns - start_ns) / 1000, 3),
+        }
+        if args:
+            event["args"] = args
+        return json.dumps(event, default=str)
+
     def flush(self) -> None:
         """Writes every pending event to the file (one `write`, then the OS has them)."""
-        with self._lock:
-            lines, self._pending = self._pending, []
-        self._write(lines)
+        with self._io_lock:  # batches reach the file in the order they were taken
+            with self._lock:
+                items, self._pending = self._pending, []
+            self._write([self._encode(item) for item in items])
 
     def _write(self, lines: list[str]) -> None:
         if lines and not self._file.closed:
@@ -261,8 +275,9 @@ class Tracer:
         self._stop.set()
         self.flush()
         end = {"type": "end", "status": status, "ts": self._us(time.perf_counter_ns())}
-        self._write([json.dumps(end)])
-        self._file.close()
+        with self._io_lock:
+            self._write([json.dumps(end)])
+            self._file.close()
         atexit.unregister(self.close)
 
 
