@@ -1,10 +1,15 @@
 """Shared fixtures: one tiny random-init Qwen2 checkpoint written with `save_pretrained`."""
 
+import os
 from pathlib import Path
 
 import pytest
 from async_grpo.model import ArchSpec, write_random_checkpoint
 from async_grpo.tasks import corpus_for
+
+# Monarch notices a dead process at its supervision poll: 1 s instead of the default 10 s
+# keeps the tests that kill processes short. Set before any test starts Monarch here.
+os.environ.setdefault("HYPERACTOR_MESH_SUPERVISION_POLL_FREQUENCY", "1s")
 
 TEST_ARCH = ArchSpec(
     hidden_size=32,

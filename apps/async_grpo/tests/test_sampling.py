@@ -105,7 +105,7 @@ def test_entropy_gradient_is_finite_with_top_p() -> None:
     logits = torch.tensor([[2.0, 1.0, 0.0, -1.0], [0.5, 0.4, -3.0, -3.0]], requires_grad=True)
     tokens = torch.tensor([0, 1])
     lp, entropy = token_logprobs_and_entropy(logits, tokens, 1.0, 0.7, 4)
-    (lp.sum() + entropy.sum()).backward()
+    (lp.sum() + entropy.sum()).backward()  # type: ignore[no-untyped-call]
     assert logits.grad is not None
     assert bool(torch.isfinite(logits.grad).all()), logits.grad
     # Out-of-nucleus logits get no gradient at all; kept ones do.

@@ -28,6 +28,12 @@ from async_grpo.training import add_stats
 from async_grpo.weight_sync import WeightUpdate, merge
 
 
+# How long a call waits for a replica when none is serving: a respawned replica starts a
+# process, imports torch and loads the model again (tens of seconds on a loaded 2-core
+# machine, minutes for a large model), and the run should wait for it, not fail.
+REPLICA_RESTART_WAIT_S = 600.0
+
+
 class TrainerMesh:
     """The controller's handle on the trainer's ranks (one or more): every call goes to all
     of them, and their answers are merged into the whole batch's."""
@@ -118,7 +124,11 @@ async def spawn_components(
         started = await asyncio.gather(
             spawn_service(
                 Generator,
-                ServiceConfig(replicas=cfg.generator.replicas, name="generator"),
+                ServiceConfig(
+                    replicas=cfg.generator.replicas,
+                    name="generator",
+                    no_healthy_timeout_s=REPLICA_RESTART_WAIT_S,
+                ),
                 prep.model_path,
                 cfg.model,
                 cfg.sampling,
@@ -126,7 +136,11 @@ async def spawn_components(
             ),
             spawn_service(
                 RewardActor,
-                ServiceConfig(replicas=cfg.reward.replicas, name="reward"),
+                ServiceConfig(
+                    replicas=cfg.reward.replicas,
+                    name="reward",
+                    no_healthy_timeout_s=REPLICA_RESTART_WAIT_S,
+                ),
                 cfg.reward.fns,
             ),
             return_exceptions=True,

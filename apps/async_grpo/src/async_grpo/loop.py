@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from actor_service import ReplicaEvent
+from actor_service import NoHealthyReplicaError, ReplicaEvent
 from replay_buffer import SampledBatch
 
 from async_grpo.actors.generator import Generator
@@ -103,26 +103,48 @@ async def rollout_loop(
 
 async def sync_weights(c: Components, update: WeightUpdate) -> int:
     """Every generator replica pulls `update` (or newer); returns the oldest version they run.
-    The trainer may then reuse the staging of older versions."""
+    The trainer may then reuse the staging of versions older than that one: the newest
+    stays staged for a replica that comes back after a death."""
     syncs: list[WeightSync] = await c.generator.endpoint(Generator.update_weights).fanout(update)
     version = min(s.version for s in syncs)
-    await c.trainer.release(version)
+    if version > 0:
+        await c.trainer.release(version - 1)
     return version
 
 
-async def weight_sync_loop(
-    c: Components, versions: Versions, latest: asyncio.Queue[WeightUpdate], metrics: RunMetrics
-) -> None:
-    """Applies the newest weights to every generator replica, one fanout at a time; versions
-    published meanwhile are folded into the next fanout."""
-    while True:
-        update = await latest.get()
-        while not latest.empty():
-            update = latest.get_nowait()
-        start = time.perf_counter()
-        version = await sync_weights(c, update)
-        metrics.last_sync_s = time.perf_counter() - start
-        await versions.set(generators=version)
+class WeightBroadcast:
+    """The newest weights, on their way to every generator replica.
+
+    `offer` queues a new version; `run` applies the newest queued one with one fanout at a
+    time (versions published meanwhile are folded into the next fanout). A replica that
+    comes back after a death runs its initial weights, so `resend` queues the newest
+    version again; a fanout that found no live replica waits for that.
+    """
+
+    def __init__(self) -> None:
+        self.newest: WeightUpdate | None = None
+        self._queue: asyncio.Queue[WeightUpdate] = asyncio.Queue()
+
+    def offer(self, update: WeightUpdate) -> None:
+        self.newest = update
+        self._queue.put_nowait(update)
+
+    def resend(self) -> None:
+        if self.newest is not None:
+            self._queue.put_nowait(self.newest)
+
+    async def run(self, c: Components, versions: Versions, metrics: RunMetrics) -> None:
+        while True:
+            update = await self._queue.get()
+            while not self._queue.empty():
+                update = self._queue.get_nowait()
+            start = time.perf_counter()
+            try:
+                version = await sync_weights(c, update)
+            except NoHealthyReplicaError:
+                continue  # every replica died under the fanout: each one back is resent to
+            metrics.last_sync_s = time.perf_counter() - start
+            await versions.set(generators=version)
 
 
 StepCallback = Callable[[StepRow, TrainResult], None]
@@ -133,7 +155,7 @@ async def training_loop(
     cfg: RunConfig,
     versions: Versions,
     metrics: RunMetrics,
-    latest: asyncio.Queue[WeightUpdate],
+    weights: WeightBroadcast,
     *,
     evaluator: Evaluator,
     on_step: StepCallback,
@@ -160,7 +182,7 @@ async def training_loop(
         result = await c.trainer.train_step(episodes, ref)
         version = result.version
         # New weights go to the generators in the background; rollouts may proceed.
-        latest.put_nowait(result.update)
+        weights.offer(result.update)
         await versions.set(trainer=version)
         # Now and then an evaluation of the policy, in the background; the step's record.
         if cfg.eval_every and version % cfg.eval_every == 0:
@@ -182,18 +204,21 @@ def _request_batch(
 
 
 def replica_event_recorder(
-    metrics: RunMetrics, log: Callable[[str], None]
+    metrics: RunMetrics, weights: WeightBroadcast, log: Callable[[str], None]
 ) -> Callable[[ReplicaEvent], None]:
-    """Prints one line per replica death, return or abandonment, and counts them."""
+    """Prints one line per replica death, return or abandonment and counts them; a
+    generator replica that is back gets the newest weights."""
 
     def record(event: ReplicaEvent) -> None:
         who = f"{event.service} replica {event.replica}"
         if event.kind == "died":
             metrics.replica_deaths += 1
-            log(f"[{who} died: {event.reason}; restarting]")
+            log(f"[{who} died: {event.reason}; restarting it]")
         elif event.kind == "up":
             metrics.replica_restarts += 1
             log(f"[{who} is back after {event.down_s or 0.0:.1f}s (restart {event.restarts})]")
+            if event.service == "generator":
+                weights.resend()
         else:
             log(f"[{who} stays down after {event.restarts} restarts: {event.reason}]")
 
@@ -211,14 +236,15 @@ async def run_job(
 ) -> None:
     """Runs the whole job, recording into `metrics`; every process started is stopped on
     return, error or Ctrl-C."""
-    c = await spawn_components(cfg, prep, replica_event_recorder(metrics, log))
+    weights = WeightBroadcast()
+    c = await spawn_components(cfg, prep, replica_event_recorder(metrics, weights, log))
     versions = Versions()
-    latest: asyncio.Queue[WeightUpdate] = asyncio.Queue()
     evaluator = Evaluator(c.generator, c.reward, eval_set_for(cfg, prep), metrics)
     tasks: list[asyncio.Task[Any]] = []
     try:
         # Generators start from exactly the weights the trainer holds (version 0).
-        await sync_weights(c, await c.trainer.publish_initial())
+        weights.newest = await c.trainer.publish_initial()
+        await sync_weights(c, weights.newest)
         if cfg.eval_every:
             await evaluator.evaluate(0)  # the starting point every later evaluation is read against
 
@@ -232,9 +258,9 @@ async def run_job(
             asyncio.create_task(rollout_loop(c, cfg, versions, metrics, group_ids))
             for _ in range(cfg.rollout_loops)
         ]
-        sync = asyncio.create_task(weight_sync_loop(c, versions, latest, metrics))
+        sync = asyncio.create_task(weights.run(c, versions, metrics))
         trainer = asyncio.create_task(
-            training_loop(c, cfg, versions, metrics, latest, evaluator=evaluator, on_step=step)
+            training_loop(c, cfg, versions, metrics, weights, evaluator=evaluator, on_step=step)
         )
         tasks = [*rollouts, sync, trainer]
         # The first task to finish is the trainer (done) or a loop that failed.

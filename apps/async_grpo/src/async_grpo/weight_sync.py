@@ -63,7 +63,7 @@ class TrainerPublisher:
         self._publisher.release(version)
 
 
-def merge(parts: Sequence[WeightPart]) -> WeightUpdate:
+def merge(parts: Sequence[WeightPart | WeightUpdate]) -> WeightUpdate:
     """The ranks' parts of one version -> the update the generators pull."""
     if all(isinstance(p, Manifest) for p in parts):
         if len(parts) != 1:
