@@ -20,7 +20,7 @@ from dtensor_reshard import (
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from rdma_tensor import Transport
+from rdma_tensor import StaleVersionError, Transport
 from torch.distributed.tensor import Replicate, Shard
 
 TorchShards = Callable[[Layout, torch.Tensor], list[torch.Tensor]]
@@ -93,6 +93,24 @@ async def test_strided_destination_and_staging_reuse_across_versions() -> None:
         for p in publishers:
             p.release()
     assert handles[0] == handles[1] == handles[2]  # the same staging buffers every version
+    for p in publishers:
+        p.close()
+
+
+async def test_a_released_and_repacked_export_is_refused_before_any_write() -> None:
+    src = Layout((6, 8), torch.float32, (2,), (Shard(0),))
+    dst = Layout((6, 8), torch.float32, (1,), (Replicate(),))
+    plan = PlanCache().get({"x": src}, {"x": dst})
+    publishers = [PlanPublisher(r, staged=True) for r in range(2)]
+    full = torch.arange(48, dtype=torch.float32).reshape(6, 8)
+    shards = [{"x": src.local_shard(r, full).clone()} for r in range(2)]
+    old = [p.publish(plan, shard) for p, shard in zip(publishers, shards, strict=True)]
+    publishers[1].release()  # rank 1's buffers go back to its pool...
+    publishers[1].publish(plan, {"x": src.local_shard(1, -full).clone()})  # ...and are repacked
+    out = torch.full((6, 8), float(SENTINEL))
+    with pytest.raises(StaleVersionError, match="source rank 1's staging buffers"):
+        await pull_plan(plan, 0, old, {"x": out})
+    assert bool((out == SENTINEL).all()), "a refused pull changed the destination"
     for p in publishers:
         p.close()
 

@@ -90,11 +90,12 @@ def local_shards(
             f"{side} tensors do not match the plan: missing {missing}, extra {extra}"
         )
     out = {}
+    shapes = plan.local_shapes(rank, side)
     for name, p in plan.plans:
         layout = p.src if side == "source" else p.dst
         tensor = tensors[name]
         local = tensor.to_local() if isinstance(tensor, DTensor) else tensor
-        want = layout.local_shape(rank)
+        want = shapes[name]
         if tuple(local.shape) != want or local.dtype != layout.dtype:
             raise ReshardError(
                 f"{side} tensor {name!r} on rank {rank} is {tuple(local.shape)} {local.dtype}, "

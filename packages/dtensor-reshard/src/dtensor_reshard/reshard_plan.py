@@ -53,6 +53,15 @@ class ReshardPlan:
     _slots: dict[tuple[int, int, torch.dtype], tuple[Slot, ...]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
+    # Derived once (a plan is reused version after version): by name, the digest, and the
+    # local shapes per (rank, side).
+    _by_name: dict[str, TransferPlan] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    _digest: list[str] = field(default_factory=list, init=False, repr=False, compare=False)
+    _shapes: dict[tuple[int, str], dict[str, tuple[int, ...]]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         if not self.plans:
@@ -72,6 +81,7 @@ class ReshardPlan:
                         offset = buffer[-1].offset + buffer[-1].piece.numel if buffer else 0
                         buffer.append(Slot(name, dst_rank, piece, offset))
         self._slots.update((key, tuple(v)) for key, v in slots.items())
+        self._by_name.update(self.plans)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -86,16 +96,24 @@ class ReshardPlan:
         return self.plans[0][1].dst.num_ranks
 
     def __getitem__(self, name: str) -> TransferPlan:
-        for n, p in self.plans:
-            if n == name:
-                return p
-        raise KeyError(name)
+        return self._by_name[name]
 
     @property
     def fingerprint(self) -> str:
         """A digest of every layout: two sides with equal fingerprints hold the same plan."""
-        text = repr([(n, p.src, p.dst) for n, p in self.plans]) + repr(self.colocated)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+        if not self._digest:
+            text = repr([(n, p.src, p.dst) for n, p in self.plans]) + repr(self.colocated)
+            self._digest.append(hashlib.sha256(text.encode()).hexdigest()[:16])
+        return self._digest[0]
+
+    def local_shapes(self, rank: int, side: str) -> dict[str, tuple[int, ...]]:
+        """Each tensor's local shape on `rank` of the "source" or "destination" mesh."""
+        key = (rank, side)
+        if key not in self._shapes:
+            self._shapes[key] = {
+                n: (p.src if side == "source" else p.dst).local_shape(rank) for n, p in self.plans
+            }
+        return self._shapes[key]
 
     def buffers(self, src_rank: int) -> tuple[tuple[int, torch.dtype], ...]:
         """(destination rank, dtype) of every staging buffer `src_rank` fills, in order."""

@@ -82,8 +82,8 @@ async def pull(
             f"source must be a ShardedManifest (merge the ranks' parts), got "
             f"{type(source).__name__}"
         )
-    targets = _check_into(source, into, dst_rank, allow_cast)
     plan = _plans.get(source.layouts, source.destination)
+    targets = _check_into(plan, into, dst_rank, allow_cast)
     key = (plan.fingerprint, dst_rank, next(iter(targets.values())).device)
     staging = _take_staging(key, plan, dst_rank)
     try:
@@ -102,29 +102,29 @@ async def pull(
 
 
 def _check_into(
-    source: ShardedManifest, into: Mapping[str, torch.Tensor], dst_rank: int, allow_cast: bool
+    plan: ReshardPlan, into: Mapping[str, torch.Tensor], dst_rank: int, allow_cast: bool
 ) -> dict[str, torch.Tensor]:
-    """`into`'s local tensors by name, checked against the manifest (raises `ReshardError`)."""
+    """`into`'s local tensors by name, checked against the plan (raises `ReshardError`)."""
     if not isinstance(into, Mapping):
         raise TypeError(f"into must be a mapping of tensors, got {type(into).__name__}")
-    missing = sorted(set(source.layouts) - set(into))
-    extra = sorted(set(into) - set(source.layouts))
+    missing = sorted(set(plan.names) - set(into))
+    extra = sorted(set(into) - set(plan.names))
     if missing or extra:
         raise ReshardError(
             f"into does not match the published tensors: missing from into {missing[:5]}, "
             f"not published {extra[:5]}"
         )
+    plan.plans[0][1].dst.check_rank(dst_rank, "destination")
+    shapes = plan.local_shapes(dst_rank, "destination")
     problems = []
     targets: dict[str, torch.Tensor] = {}
-    for name in sorted(source.layouts):
-        src, dst = source.layouts[name], source.destination[name]
-        dst.check_rank(dst_rank, "destination")
+    for name, p in plan.plans:
+        src, dst, want = p.src, p.dst, shapes[name]
         tensor: object = into[name]  # `object`: callers are not always type-checked
         if not isinstance(tensor, torch.Tensor):
             problems.append(f"{name}: not a tensor ({type(tensor).__name__})")
             continue
         local = tensor.to_local() if isinstance(tensor, DTensor) else tensor
-        want = dst.local_shape(dst_rank)
         if tuple(local.shape) != want:
             whole = "" if want == src.global_shape else f" of the published {src.global_shape}"
             problems.append(
@@ -153,9 +153,9 @@ def _take_staging(key: _StagingKey, plan: ReshardPlan, dst_rank: int) -> dict[st
     cached = _staging.pop(key, None)
     if cached is not None:
         return cached
+    shapes = plan.local_shapes(dst_rank, "destination")
     return {
-        name: torch.empty(p.dst.local_shape(dst_rank), dtype=p.src.dtype, device=key[2])
-        for name, p in plan.plans
+        name: torch.empty(shapes[name], dtype=p.src.dtype, device=key[2]) for name, p in plan.plans
     }
 
 
