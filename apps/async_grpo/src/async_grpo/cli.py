@@ -5,35 +5,40 @@ reference model when the KL term is on), each in its own process, and trains unt
 `--steps` train steps or `--max_minutes`. Prints sampled trajectories and throughput every
 `--log_every` steps, writes `<out_dir>/metrics.jsonl`, and ends with a summary.
 
-    uv run async-grpo                                # tiny preset on CPU, async
+    uv run async-grpo                                # default preset, async
     uv run async-grpo --mode sync --steps 100        # the same loop, max_policy_age=0
-    uv run async-grpo --trainer.lr 1e-4 --sampling.group_size 8
+    uv run async-grpo --trainer.lr 1e-4 --trainer.loss.kl_coef 0.05
     uv run async-grpo --preset qwen2.5-0.5b --model /path/to/Qwen2.5-0.5B-Instruct
+    uv run async-grpo --help                         # every option, its meaning and default
 
-Every config field can be set as `--section.field value` (all listed below); `--mode`,
-`--model` (= model.path), `--steps`, `--seed` are short forms. An unknown key, a value of the
-wrong type or out of range is an error before any process starts.
+`--preset NAME` picks the named preset (`presets.PRESETS`), whose values are the defaults
+every other option overrides; `--model PATH` is short for `--model.path PATH`. An unknown
+key, a value of the wrong type or out of range is a one-line error before any process starts.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+from monarch.actor import ActorError
 from tqdm import tqdm  # type: ignore[import-untyped]
 
 from async_grpo.actors.trainer import TrainResult
-from async_grpo.config import ConfigError, RunConfig, apply_overrides, config_keys
-from async_grpo.loop import train
+from async_grpo.config import ConfigError, RunConfig, parse
+from async_grpo.loop import run_job
 from async_grpo.metrics import MetricsSink, RunMetrics, StepRow
 from async_grpo.prepare import Prepared, prepare
 from async_grpo.presets import PRESETS, default_preset
+from async_grpo.training import NonFiniteError
 
-SHORT = {"model": "model.path"}
+SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {}
+"""`async-grpo NAME ARGS...` runs `SUBCOMMANDS[NAME](ARGS)` instead of a training run; the
+first argument is looked up here before any config parsing."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,33 +63,36 @@ class Summary:
     trainer_idle_frac: float
 
 
-def parse_args(argv: list[str]) -> tuple[str, dict[str, str]]:
-    """Splits `--key value` / `--key=value` pairs into (preset, overrides)."""
-    preset, overrides = default_preset(), {}
+def split_preset(argv: list[str]) -> tuple[str, list[str]]:
+    """Takes `--preset NAME` (or `--preset=NAME`) out of `argv`: (preset, the rest)."""
+    preset, rest = default_preset(), []
     i = 0
     while i < len(argv):
-        arg = argv[i]
-        if not arg.startswith("--") or arg == "--":
-            raise ConfigError(f"unexpected argument {arg!r}; options look like --trainer.lr 3e-4")
-        key, eq, value = arg[2:].partition("=")
+        key, eq, value = argv[i].partition("=")
+        if key != "--preset":
+            rest.append(argv[i])
+            i += 1
+            continue
         if not eq:
             if i + 1 >= len(argv) or argv[i + 1].startswith("--"):
-                raise ConfigError(f"--{key} needs a value")
+                raise ConfigError("--preset needs a value")
             value = argv[i + 1]
             i += 1
         i += 1
-        if key == "preset":
-            if value not in PRESETS:
-                raise ConfigError(f"--preset: unknown preset {value!r}; known: {sorted(PRESETS)}")
-            preset = value
-        else:
-            overrides[SHORT.get(key, key)] = value
-    return preset, overrides
+        if value not in PRESETS:
+            raise ConfigError(f"--preset: unknown preset {value!r}; known: {sorted(PRESETS)}")
+        preset = value
+    return preset, rest
 
 
 def build_config(argv: list[str]) -> RunConfig:
-    preset, overrides = parse_args(argv)
-    return apply_overrides(PRESETS[preset](), overrides)
+    """The `RunConfig` of a command line: the preset's, with every `--section.field value`
+    applied. Raises `ConfigError` on bad input; `--help` prints the help and raises
+    `SystemExit(0)`."""
+    preset, rest = split_preset(argv)
+    presets = ", ".join(f"{name} (default here)" if name == preset else name for name in PRESETS)
+    description = f"{__doc__}\nPresets: {presets}. The defaults below are {preset}'s."
+    return parse(rest, PRESETS[preset](), description=description)
 
 
 class Reporter:
@@ -111,10 +119,10 @@ class Reporter:
         if full and self.start_reward is None:
             self.start_reward = row.reward_window
         if full and self.reached is None and row.reward_window >= 0.9:
-            self.reached = (row.step, row.wall_s)
+            self.reached = (row.version, row.wall_s)
         self.bar.update(1)
         self.bar.set_postfix(reward=f"{row.reward_window:.2f}", v=row.version)
-        if not self.quiet and (row.step % self.cfg.log_every == 0 or row.step == 1):
+        if not self.quiet and (row.version % self.cfg.log_every == 0 or row.version == 1):
             self.report(row)
 
     def report(self, row: StepRow) -> None:
@@ -122,7 +130,7 @@ class Reporter:
         ev = self.metrics.last_eval
         evals = f"eval(v{ev.version}) {ev.reward:.3f}" if ev else "eval -"
         w(
-            f"step {row.step:4d} | v{row.version} | reward({self.cfg.window}) "
+            f"step {row.version:4d} | reward({self.cfg.window}) "
             f"{row.reward_window:.3f} exact {row.exact_window:.2f} | {evals} | "
             f"{row.episodes_per_s:.0f} ep/s {row.tokens_per_s:.0f} tok/s | "
             f"trainer idle {row.trainer_idle_frac:.0%} | sync {row.weight_sync_s * 1e3:.0f} ms | "
@@ -133,10 +141,11 @@ class Reporter:
         if ev is not None and ev.version != self.shown_eval:
             self.shown_eval = ev.version
             w(f"    eval per prompt: {per_prompt(ev.per_prompt)}")
-        for t in self.metrics.examples(3):
+        for shown in self.metrics.examples(3):
+            c = shown.completion
             w(
-                f"    {t.prompt!r} -> {t.response!r}  reward {t.reward:.2f} "
-                f"(generator v{t.version}, {row.version - t.version} behind)"
+                f"    {c.prompt!r} -> {c.text!r}  reward {shown.reward:.2f} "
+                f"(generator v{c.policy_version}, {row.version - c.policy_version} behind)"
             )
 
     def summary(self, wall_s: float) -> Summary:
@@ -146,7 +155,7 @@ class Reporter:
         last = self.rows[-1] if self.rows else None
         return Summary(
             mode=self.cfg.mode,
-            steps=last.step if last else 0,
+            steps=last.version if last else 0,
             wall_s=wall_s,
             reward_start=self.start_reward if self.start_reward is not None else float("nan"),
             reward_end=metrics.reward_window(),
@@ -169,7 +178,7 @@ async def run(cfg: RunConfig, prep: Prepared, quiet: bool = False) -> Summary:
     reporter = Reporter(cfg, metrics, quiet)
     start = time.perf_counter()
     try:
-        await train(cfg, prep, sink, reporter.on_step, metrics)
+        await run_job(cfg, prep, sink, reporter.on_step, metrics, log=tqdm.write)
     finally:
         sink.close()
     return reporter.summary(time.perf_counter() - start)
@@ -203,41 +212,44 @@ def print_summary(s: Summary, window: int, metrics_path: str) -> None:
     )
 
 
-def help_settings() -> str:
-    """The presets, and every key with its value in the preset this host defaults to."""
-    preset = default_preset()
-    cfg = PRESETS[preset]()
-    lines = [f"Presets: {', '.join(PRESETS)} (default here: {preset}). Its settings:"]
-    for key in config_keys(cfg):
-        value: object = functools.reduce(getattr, key.split("."), cfg)
-        shown = str(value).lower() if isinstance(value, bool) else str(value) or "''"
-        lines.append(f"  --{key} {shown}")
-    return "\n".join(lines)
+def run_failure(e: BaseException) -> str:
+    """One line for a run that failed in a process: the innermost error, unwrapped from
+    Monarch's `ActorError` (whose text is the whole remote traceback)."""
+    while isinstance(e, ActorError):
+        e = e.exception
+    if isinstance(e, NonFiniteError):
+        return str(e)
+    first = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {first[0] if first else ''} (in a spawned process)"
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The `async-grpo` command: exit status 0 on success, 2 on bad input (one line on stderr,
+    no process spawned), 1 when the run fails (one line), 130 when interrupted."""
     args = sys.argv[1:] if argv is None else argv
-    if args and args[0] in ("-h", "--help"):
-        print(__doc__)
-        print(help_settings())
-        return 0
+    if args and args[0] in SUBCOMMANDS:
+        return SUBCOMMANDS[args[0]](args[1:])
     try:
         cfg = build_config(args)
         prep = prepare(cfg)
-    except (ConfigError, ValueError, FileNotFoundError, RuntimeError) as e:
+    except SystemExit as e:  # --help, printed by tyro
+        return e.code if isinstance(e.code, int) else 0
+    except (ValueError, OSError, RuntimeError) as e:
         print(f"async-grpo: error: {e}", file=sys.stderr)
         return 2
     print(
         f"async-grpo: mode={cfg.mode} model={prep.model_path} task={cfg.data.task} "
         f"steps={cfg.steps} batch={cfg.trainer.batch_size} group={cfg.sampling.group_size} "
-        f"generators={cfg.generator.replicas} max_policy_age="
-        f"{cfg.buffer.max_policy_age if cfg.mode == 'async' else 0}"
+        f"generators={cfg.generator.replicas} max_policy_age={cfg.effective_max_policy_age}"
     )
     try:
         summary = asyncio.run(run(cfg, prep))
     except KeyboardInterrupt:
         print("\nasync-grpo: interrupted; every process was stopped.", file=sys.stderr)
         return 130
+    except (NonFiniteError, ActorError) as e:
+        print(f"async-grpo: error: {run_failure(e)}", file=sys.stderr)
+        return 1
     print_summary(summary, cfg.window, f"{cfg.out_dir}/metrics.jsonl")
     return 0
 

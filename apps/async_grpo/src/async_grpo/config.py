@@ -1,19 +1,29 @@
 """Typed configuration: one dataclass per component, one `RunConfig` holding them all.
 
-Presets (see `presets.py`) build a `RunConfig`; command-line overrides such as
-`--trainer.lr 3e-4` are applied with `apply_overrides`, where an unknown key or a value of the
-wrong type is an error naming it; `validate` checks ranges. Both run in the controller before
-any process is spawned.
+Every field has a one-line docstring, which `--help` shows with the field's default (the
+command line is built by `tyro` from these classes). `parse` reads `--section.field value`
+arguments into a new `RunConfig` whose defaults come from a preset; `apply_overrides` does
+the same from a dict (tests, benchmarks). An unknown key or a value of the wrong type is a
+`ConfigError` naming it; `validate` checks ranges and how the fields fit together. Both run
+in the controller before any process is spawned. Values derived from several fields are
+properties of `RunConfig`, computed there and nowhere else.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import difflib
-import types
-import typing
-from typing import Any, Literal
+import functools
+import io
+from collections.abc import Sequence
+from typing import Annotated, Any, Literal
+
+import tyro
+from tyro import _errors as tyro_errors
+
+from async_grpo.grpo import LossConfig
 
 
 class ConfigError(ValueError):
@@ -22,16 +32,20 @@ class ConfigError(ValueError):
 
 @dataclasses.dataclass
 class ModelConfig:
-    """The policy. `path`: a local checkpoint directory or a hub id; empty builds a random
-    checkpoint of architecture `arch` (see `presets.ARCHS`) into the run directory.
-    `random_weights=True` also ignores `path` and builds `arch` from its config values."""
+    """The policy: a checkpoint to load, or a random one of architecture `arch` built here."""
 
-    path: str = ""
+    path: Annotated[str, tyro.conf.arg(aliases=("--model",))] = ""
+    """Local checkpoint directory or hub id; empty: build a random `arch` checkpoint."""
     arch: str = "tiny"
+    """Architecture of a random checkpoint (`presets.ARCHS`): tiny or qwen2.5-0.5b."""
     random_weights: bool = False
+    """Ignore `path`: build `arch` with random weights and a tokenizer trained on the task."""
     chat_template: bool = False
+    """Wrap each prompt in the tokenizer's chat template (instruct models)."""
     dtype: Literal["float32", "bfloat16"] = "float32"
+    """Parameter dtype of the generators' copy of the policy."""
     init_seed: int = 0
+    """Seed of the random weights of a built checkpoint."""
 
 
 @dataclasses.dataclass
@@ -39,88 +53,104 @@ class DataConfig:
     """Prompts: a generated `task`, or a local JSONL `path`, or a Hugging Face `hf_name`."""
 
     task: Literal["count", "arithmetic"] = "count"
+    """Generated prompts when neither `path` nor `hf_name` is set."""
     min_n: int = 1
+    """Smallest N of the generated task (count to N; operands of arithmetic)."""
     max_n: int = 6
+    """Largest N of the generated task."""
     path: str = ""
+    """JSONL file of prompts with targets, one object a line; empty: the generated task."""
     hf_name: str = ""
+    """Hugging Face dataset name (instead of `path`); empty: none."""
     hf_split: str = "train"
+    """Split of the Hugging Face dataset."""
     prompt_key: str = "prompt"
+    """Key (JSONL) or column (HF) holding the prompt."""
     target_key: str = "target"
+    """Key (JSONL) or column (HF) holding the expected answer."""
 
 
 @dataclasses.dataclass
 class SamplingConfig:
-    """How the generator samples: `group_size` responses per prompt, at most
-    `max_new_tokens` each, from softmax(logits / temperature) cut to the top-p nucleus."""
+    """How the generator samples, from softmax(logits / temperature) cut to the top-p nucleus."""
 
     group_size: int = 8
+    """Responses sampled per prompt; GRPO compares them with each other."""
     max_new_tokens: int = 8
+    """Longest response, in tokens."""
     temperature: float = 1.0
+    """Softmax temperature of sampling (> 0)."""
     top_p: float = 1.0
+    """Nucleus: sample from the smallest set of tokens with this much probability, in (0, 1]."""
 
 
 @dataclasses.dataclass
 class GeneratorConfig:
-    """The generator service: `replicas` processes, `prompts_per_call` prompts per request."""
+    """The generator service."""
 
     replicas: int = 2
+    """Generator processes, each holding a copy of the policy."""
     prompts_per_call: int = 4
+    """Prompts per generation request (each sampled `sampling.group_size` times)."""
 
 
 @dataclasses.dataclass
 class RewardConfig:
-    """Reward functions by name with weights, e.g. "count" or "numeric:0.9,format:0.1"."""
+    """The reward service."""
 
     fns: str = "count"
+    """Reward functions with weights, e.g. "count" or "numeric:0.9,format:0.1"."""
     replicas: int = 1
+    """Reward processes."""
 
 
 @dataclasses.dataclass
 class TrainerConfig:
     """GRPO trainer: AdamW on the token-level loss of `grpo.grpo_loss`.
 
-    `batch_size` counts episodes (a multiple of the group size); `kl_coef > 0` spawns the
-    reference model; `entropy_coef > 0` adds an entropy bonus (`grpo.LossConfig`);
-    `adam_beta2` is AdamW's second-moment decay. `lr_schedule="cosine"`: linear warm-up
-    over `warmup_steps`, then a cosine decay to `lr * min_lr_ratio` at the run's last step
-    (`training.learning_rate`).
-    `procs > 1` shards the trainer FSDP-style over that many processes (every parameter a
-    `Shard(0)` DTensor; gloo on CPU, nccl on GPU) and sends weights to the generators through
-    `dtensor-reshard`; `procs == 1` is one process sending them through `rdma-tensor`."""
+    `lr_schedule="cosine"`: linear warm-up over `warmup_steps`, then a cosine decay to
+    `lr * min_lr_ratio` at the run's last step (`training.learning_rate`). `procs > 1` shards
+    the trainer FSDP-style (every parameter a `Shard(0)` DTensor; gloo on CPU, nccl on GPU)
+    and sends weights to the generators through `dtensor-reshard`; `procs == 1` is one
+    process sending them through `rdma-tensor`."""
 
     lr: float = 1e-3
+    """Peak learning rate of AdamW."""
     adam_beta2: float = 0.999
+    """AdamW's second-moment decay, in (0, 1)."""
     lr_schedule: Literal["constant", "cosine"] = "constant"
+    """Learning-rate schedule over the run's steps."""
     warmup_steps: int = 0
+    """Steps of linear warm-up (cosine schedule only)."""
     min_lr_ratio: float = 0.1
+    """Final learning rate of the cosine schedule as a fraction of `lr`, in [0, 1]."""
     weight_decay: float = 0.0
+    """AdamW's decoupled weight decay."""
     grad_clip: float = 1.0
+    """Maximum global gradient norm (> 0)."""
     batch_size: int = 64
-    clip_eps: float = 0.2
-    importance: Literal["clip", "truncate"] = "clip"
-    truncate_cap: float = 2.0
-    kl_coef: float = 0.0
-    entropy_coef: float = 0.0
+    """Episodes per train step: a positive multiple of `sampling.group_size`."""
     scale_by_std: bool = True
+    """Divide each group's advantages by the standard deviation of its rewards."""
     procs: int = 1
+    """Trainer processes; more than 1 shards the model FSDP-style over them."""
+    loss: LossConfig = dataclasses.field(default_factory=LossConfig)
+    """The GRPO loss (`grpo.LossConfig`); `loss.kl_coef > 0` also spawns a reference model."""
 
 
 @dataclasses.dataclass
 class BufferConfig:
-    """Replay buffer: episodes older than `max_policy_age` versions are never trained on;
-    `capacity` bounds how many episodes wait (producers are held back beyond it)."""
+    """The replay buffer between generators and trainer."""
 
     max_policy_age: int = 1
+    """Oldest policy version a trained episode may come from, in versions behind (async mode)."""
     capacity: int = 512
+    """Episodes that may wait in the buffer; producers are held back beyond it."""
 
 
 @dataclasses.dataclass
 class RunConfig:
-    """A whole run. `mode="sync"` is the async loop with `max_policy_age` forced to 0.
-
-    `window`: episodes in the running training reward. `eval_every`: train steps between
-    evaluations of the policy on a fixed prompt set (`tasks.eval_set`, at most
-    `eval_prompts` prompts; every N of the count task), plus one at the end; 0: none."""
+    """A whole run: every component's settings and the loop's."""
 
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
     data: DataConfig = dataclasses.field(default_factory=DataConfig)
@@ -130,65 +160,62 @@ class RunConfig:
     trainer: TrainerConfig = dataclasses.field(default_factory=TrainerConfig)
     buffer: BufferConfig = dataclasses.field(default_factory=BufferConfig)
     mode: Literal["async", "sync"] = "async"
+    """async: generation runs ahead of training; sync: the same loop with max_policy_age 0."""
     steps: int = 300
+    """Train steps (each one policy version)."""
     rollout_loops: int = 2
+    """Concurrent rollout loops feeding the buffer."""
     seed: int = 0
+    """Seed of the dataset, sampling and trainer."""
     window: int = 64
+    """Episodes in the running training reward."""
     eval_every: int = 20
+    """Train steps between evaluations on the fixed eval prompts (plus one at the end); 0: none."""
     eval_prompts: int = 8
+    """Most prompts in the eval set (`tasks.eval_set`; every N of the count task)."""
     log_every: int = 10
+    """Train steps between report lines."""
     out_dir: str = "runs/async-grpo"
+    """Directory for metrics.jsonl and built checkpoints (created if missing)."""
     stop_at_reward: float = 0.0
+    """Stop once the windowed training reward reaches this; 0: never."""
     max_minutes: float = 10.0
+    """Stop after this many minutes of training."""
+    trace: bool = True
+    """Record every process's spans into <out_dir>/trace.json (read by `async-grpo report`)."""
+
+    @property
+    def effective_max_policy_age(self) -> int:
+        """The staleness bound the run uses: `buffer.max_policy_age` in async mode, 0 in sync
+        mode (generation pauses until the trainer's new weights arrive)."""
+        return self.buffer.max_policy_age if self.mode == "async" else 0
 
 
-def _convert(key: str, raw: str, tp: Any) -> Any:
-    origin = typing.get_origin(tp)
-    if origin is Literal:
-        choices = typing.get_args(tp)
-        if raw not in choices:
-            raise ConfigError(f"{key}: {raw!r} is not one of {list(choices)}")
-        return raw
-    if origin in (typing.Union, types.UnionType):
-        raise ConfigError(f"{key}: unsupported union type")  # not used by any field
-    if tp is bool:
-        if raw.lower() in ("true", "1", "yes"):
-            return True
-        if raw.lower() in ("false", "0", "no"):
-            return False
-        raise ConfigError(f"{key}: expected true or false, got {raw!r}")
-    if tp in (int, float):
-        try:
-            return tp(raw)
-        except ValueError:
-            raise ConfigError(f"{key}: expected {tp.__name__}, got {raw!r}") from None
-    return raw
+def _parse_bool(raw: str) -> bool:
+    value = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+    try:
+        return value[raw.lower()]
+    except KeyError:
+        raise ValueError(f"expected true or false, got {raw!r}") from None
 
 
-def apply_overrides(cfg: RunConfig, overrides: dict[str, str]) -> RunConfig:
-    """Returns a copy of `cfg` with dotted keys (`trainer.lr`, `mode`) set from strings.
+_REGISTRY = tyro.constructors.ConstructorRegistry()
 
-    Every key is checked and converted before anything is set, and `cfg` itself is never
-    modified, so a bad override changes nothing.
-    """
-    out = copy.deepcopy(cfg)
-    plan: list[tuple[object, str, Any]] = []
-    for key, raw in overrides.items():
-        *path, name = key.split(".")
-        target: object = out
-        for part in path:
-            fields = {f.name for f in dataclasses.fields(target)}  # type: ignore[arg-type]
-            child = getattr(target, part) if part in fields else None
-            if child is None or not dataclasses.is_dataclass(child):
-                raise _unknown_key(key, cfg)
-            target = child
-        hints = typing.get_type_hints(type(target))
-        if name not in hints or dataclasses.is_dataclass(getattr(target, name)):
-            raise _unknown_key(key, cfg)
-        plan.append((target, name, _convert(key, raw, hints[name])))
-    for target, name, value in plan:
-        setattr(target, name, value)
-    return out
+
+@_REGISTRY.primitive_rule
+def _bool_rule(
+    info: tyro.constructors.PrimitiveTypeInfo,
+) -> tyro.constructors.PrimitiveConstructorSpec[bool] | None:
+    """Booleans are written `true`/`false`, as values (`--trainer.scale_by_std false`)."""
+    if info.type is not bool:
+        return None
+    return tyro.constructors.PrimitiveConstructorSpec(
+        nargs=1,
+        metavar="{true,false}",
+        instance_from_str=lambda args: _parse_bool(args[0]),
+        is_instance=lambda x: isinstance(x, bool),
+        str_from_instance=lambda x: [str(x).lower()],
+    )
 
 
 def config_keys(cfg: object, prefix: str = "") -> list[str]:
@@ -203,52 +230,148 @@ def config_keys(cfg: object, prefix: str = "") -> list[str]:
     return keys
 
 
-def _unknown_key(key: str, cfg: RunConfig) -> ConfigError:
-    close = difflib.get_close_matches(key, config_keys(cfg), n=1)
+def unknown_key(key: str) -> ConfigError:
+    """The error for `--key`, which names no config field, with the closest known key."""
+    close = difflib.get_close_matches(key, config_keys(RunConfig()), n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     return ConfigError(f"unknown config key {key!r}{hint}")
 
 
+def _flag_key(arg: Any) -> str:
+    """`trainer.lr` for tyro's argument `--trainer.lr` (its longest spelling)."""
+    flags = [str(f) for f in arg.lowered.name_or_flags] or [str(arg.lowered.metavar)]
+    return max(flags, key=len).lstrip("-")
+
+
+def _to_config_error(event: Any) -> None:
+    """Turns tyro's report of a rejected argument into a one-line `ConfigError`.
+
+    tyro would print a box and exit; raising here replaces that (`tyro._errors` is tyro's
+    hook for it). Events this does not know fall through to the generic handling in `parse`.
+    """
+    ev = tyro_errors
+    if isinstance(event, ev.UnrecognizedArgs):
+        token = event.tokens[0]
+        if token.startswith("--"):
+            raise unknown_key(token[2:].partition("=")[0])
+        raise ConfigError(f"unexpected argument {token!r}; options look like --trainer.lr 3e-4")
+    if isinstance(event, ev.InvalidChoice):
+        key = _flag_key(event.argument)
+        raise ConfigError(f"{key}: {event.value!r} is not one of {list(event.choices)}")
+    if isinstance(event, ev.BadValue) and event.reason == "too_few_values":
+        raise ConfigError(f"--{_flag_key(event.argument)} needs a value")
+    if isinstance(event, ev.InstantiationFailure) and event.argument is not None:
+        key = _flag_key(event.argument)
+        message = event.message
+        for tp in ("float", "int"):  # Python's "could not convert string to float: 'x'"
+            if f"to {tp}" in message or f"for {tp}()" in message:
+                message = f"expected {tp}, got {message.rpartition(': ')[2]}"
+        raise ConfigError(f"{key}: {message}")
+
+
+def parse(args: Sequence[str], default: RunConfig, *, description: str | None = None) -> RunConfig:
+    """A new `RunConfig`: `default` with `--section.field value` arguments applied.
+
+    `--help` prints the help (every field's docstring and its value in `default`) and raises
+    `SystemExit(0)`, as tyro does. A bad argument raises `ConfigError` naming it; `default`
+    itself is never modified.
+    """
+    err = io.StringIO()
+    try:
+        with tyro_errors.on_parse_error(_to_config_error), contextlib.redirect_stderr(err):
+            return tyro.cli(
+                RunConfig,
+                args=list(args),
+                default=copy.deepcopy(default),
+                prog="async-grpo",
+                description=description,
+                use_underscores=True,
+                config=(tyro.conf.FlagConversionOff,),
+                registry=_REGISTRY,
+            )
+    except SystemExit as e:
+        if e.code in (0, None):
+            raise
+        # A rejection the hook did not turn into a ConfigError: tyro's box, as one line.
+        text = " ".join(err.getvalue().translate(str.maketrans("", "", "│╭╮╰╯─")).split())
+        raise ConfigError(text or "invalid arguments (see --help)") from None
+
+
+def apply_overrides(cfg: RunConfig, overrides: dict[str, str]) -> RunConfig:
+    """Returns a copy of `cfg` with dotted keys (`trainer.lr`, `mode`) set from strings.
+
+    The same parser as the command line (`{"trainer.lr": "5e-4"}` is `--trainer.lr 5e-4`);
+    a bad key or value raises `ConfigError` and `cfg` itself is never modified.
+    """
+    return parse([f"--{key}={value}" for key, value in overrides.items()], cfg)
+
+
 def validate(cfg: RunConfig) -> None:
-    """Raises `ConfigError` naming the first value out of range."""
-    checks: list[tuple[bool, str]] = [
-        (cfg.sampling.group_size >= 2, "sampling.group_size must be >= 2 (GRPO compares answers)"),
-        (cfg.sampling.max_new_tokens >= 1, "sampling.max_new_tokens must be >= 1"),
-        (cfg.sampling.temperature > 0, "sampling.temperature must be > 0"),
-        (0 < cfg.sampling.top_p <= 1, "sampling.top_p must be in (0, 1]"),
-        (cfg.trainer.lr > 0, "trainer.lr must be > 0"),
-        (cfg.trainer.grad_clip > 0, "trainer.grad_clip must be > 0"),
-        (0 < cfg.trainer.adam_beta2 < 1, "trainer.adam_beta2 must be in (0, 1)"),
-        (cfg.trainer.clip_eps > 0, "trainer.clip_eps must be > 0"),
-        (cfg.trainer.truncate_cap >= 1, "trainer.truncate_cap must be >= 1"),
-        (cfg.trainer.kl_coef >= 0, "trainer.kl_coef must be >= 0"),
-        (cfg.trainer.entropy_coef >= 0, "trainer.entropy_coef must be >= 0"),
-        (cfg.trainer.warmup_steps >= 0, "trainer.warmup_steps must be >= 0"),
-        (0 <= cfg.trainer.min_lr_ratio <= 1, "trainer.min_lr_ratio must be in [0, 1]"),
-        (cfg.trainer.procs >= 1, "trainer.procs must be >= 1"),
-        (
-            cfg.trainer.batch_size // max(1, cfg.sampling.group_size) >= cfg.trainer.procs,
-            "trainer.procs must be <= the groups per batch (batch_size / group_size): "
-            "every trainer rank trains on at least one whole group",
-        ),
-        (
-            cfg.trainer.batch_size >= cfg.sampling.group_size
-            and cfg.trainer.batch_size % cfg.sampling.group_size == 0,
-            "trainer.batch_size must be a positive multiple of sampling.group_size",
-        ),
-        (cfg.buffer.max_policy_age >= 0, "buffer.max_policy_age must be >= 0"),
-        (cfg.buffer.capacity >= cfg.trainer.batch_size, "buffer.capacity must be >= batch_size"),
-        (cfg.generator.replicas >= 1, "generator.replicas must be >= 1"),
-        (cfg.generator.prompts_per_call >= 1, "generator.prompts_per_call must be >= 1"),
-        (cfg.reward.replicas >= 1, "reward.replicas must be >= 1"),
-        (cfg.rollout_loops >= 1, "rollout_loops must be >= 1"),
-        (cfg.steps >= 1, "steps must be >= 1"),
-        (cfg.window >= 1, "window must be >= 1"),
-        (cfg.eval_every >= 0, "eval_every must be >= 0 (0 turns evaluation off)"),
-        (cfg.eval_prompts >= 1, "eval_prompts must be >= 1"),
-        (1 <= cfg.data.min_n <= cfg.data.max_n, "data.min_n must be in [1, data.max_n]"),
-        (cfg.max_minutes > 0, "max_minutes must be > 0"),
+    """Raises `ConfigError` naming the first problem: each field's own range first, then
+    how fields fit together (so `--trainer.batch_size 0` is about the batch size, not about
+    the groups it would hold)."""
+    d, s, t, loss = cfg.data, cfg.sampling, cfg.trainer, cfg.trainer.loss
+    ranges: list[tuple[str, bool, str]] = [
+        ("steps", cfg.steps >= 1, ">= 1"),
+        ("rollout_loops", cfg.rollout_loops >= 1, ">= 1"),
+        ("window", cfg.window >= 1, ">= 1"),
+        ("eval_every", cfg.eval_every >= 0, ">= 0 (0 turns evaluation off)"),
+        ("eval_prompts", cfg.eval_prompts >= 1, ">= 1"),
+        ("log_every", cfg.log_every >= 1, ">= 1"),
+        ("out_dir", bool(cfg.out_dir.strip()), "a directory path"),
+        ("stop_at_reward", cfg.stop_at_reward >= 0, ">= 0 (0: never stop early)"),
+        ("max_minutes", cfg.max_minutes > 0, "> 0"),
+        ("data.min_n", d.min_n >= 1, ">= 1"),
+        ("sampling.group_size", s.group_size >= 2, ">= 2 (GRPO compares answers)"),
+        ("sampling.max_new_tokens", s.max_new_tokens >= 1, ">= 1"),
+        ("sampling.temperature", s.temperature > 0, "> 0"),
+        ("sampling.top_p", 0 < s.top_p <= 1, "in (0, 1]"),
+        ("generator.replicas", cfg.generator.replicas >= 1, ">= 1"),
+        ("generator.prompts_per_call", cfg.generator.prompts_per_call >= 1, ">= 1"),
+        ("reward.replicas", cfg.reward.replicas >= 1, ">= 1"),
+        ("trainer.lr", 0 < t.lr < float("inf"), "> 0 and finite"),
+        ("trainer.adam_beta2", 0 < t.adam_beta2 < 1, "in (0, 1)"),
+        ("trainer.warmup_steps", t.warmup_steps >= 0, ">= 0"),
+        ("trainer.min_lr_ratio", 0 <= t.min_lr_ratio <= 1, "in [0, 1]"),
+        ("trainer.weight_decay", 0 <= t.weight_decay < float("inf"), ">= 0 and finite"),
+        ("trainer.grad_clip", t.grad_clip > 0, "> 0"),
+        ("trainer.batch_size", t.batch_size >= 1, ">= 1"),
+        ("trainer.procs", t.procs >= 1, ">= 1"),
+        ("trainer.loss.clip_eps", loss.clip_eps > 0, "> 0"),
+        ("trainer.loss.truncate_cap", loss.truncate_cap >= 1, ">= 1"),
+        ("trainer.loss.kl_coef", loss.kl_coef >= 0, ">= 0 (0 turns the KL term off)"),
+        ("trainer.loss.entropy_coef", loss.entropy_coef >= 0, ">= 0"),
+        ("buffer.max_policy_age", cfg.buffer.max_policy_age >= 0, ">= 0"),
+        ("buffer.capacity", cfg.buffer.capacity >= 1, ">= 1"),
     ]
-    for ok, message in checks:
+    for key, ok, rule in ranges:
+        if not ok:
+            value = functools.reduce(getattr, key.split("."), cfg)
+            raise ConfigError(f"{key} must be {rule}, got {value!r}")
+    groups = t.batch_size // s.group_size
+    relations: list[tuple[bool, str]] = [
+        (d.min_n <= d.max_n, f"data.max_n ({d.max_n}) must be >= data.min_n ({d.min_n})"),
+        (
+            not (d.path and d.hf_name),
+            "data.path and data.hf_name are both set; give one dataset",
+        ),
+        (
+            t.batch_size % s.group_size == 0 and groups >= 1,
+            f"trainer.batch_size ({t.batch_size}) must be a positive multiple of "
+            f"sampling.group_size ({s.group_size}): a batch holds whole groups",
+        ),
+        (
+            t.procs <= groups,
+            f"trainer.procs ({t.procs}) must be <= the groups per batch "
+            f"(trainer.batch_size / sampling.group_size = {groups}): every trainer rank "
+            "trains on at least one whole group",
+        ),
+        (
+            cfg.buffer.capacity >= t.batch_size,
+            f"buffer.capacity ({cfg.buffer.capacity}) must be >= trainer.batch_size "
+            f"({t.batch_size}): a whole batch has to fit in the buffer",
+        ),
+    ]
+    for ok, message in relations:
         if not ok:
             raise ConfigError(message)

@@ -55,23 +55,26 @@ def k3_kl(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
 
 @dataclasses.dataclass(frozen=True)
 class LossConfig:
-    """How the policy-gradient term is formed.
+    """How the policy-gradient term is formed; ρ is the ratio of the current policy to the
+    behavior policy that sampled the token.
 
-    `importance="clip"`: PPO's clipped surrogate, min(ρA, clip(ρ, 1-ε, 1+ε)A), with ρ the
-    ratio of the current policy to the behaviour policy that sampled the token.
+    `importance="clip"`: PPO's clipped surrogate, min(ρA, clip(ρ, 1-ε, 1+ε)A).
     `importance="truncate"`: truncated importance weights, -min(ρ, `truncate_cap`)·A·log π
-    with the weight held constant (no gradient through it).
-    `kl_coef` scales the k3 KL to the reference model (0 turns it off).
-    `entropy_coef` rewards the policy's entropy at the sampled positions (subtracted from
-    the loss, averaged like it): it keeps the policy exploring where a group would otherwise
-    settle on one answer, since a group whose answers are all equal gives no gradient.
+    with the weight held constant (no gradient through it). The entropy bonus keeps the
+    policy exploring where a group would otherwise settle on one answer, since a group whose
+    answers are all equal gives no gradient.
     """
 
     clip_eps: float = 0.2
+    """ε of the clipped surrogate: ρ is clipped to [1 - ε, 1 + ε] (importance="clip")."""
     importance: ImportanceMode = "clip"
+    """Off-policy correction: PPO-style "clip" or truncated importance weights "truncate"."""
     truncate_cap: float = 2.0
+    """Largest importance weight (importance="truncate"), >= 1."""
     kl_coef: float = 0.0
+    """Weight of the k3 KL to the reference model in the loss; 0 turns it off."""
     entropy_coef: float = 0.0
+    """Weight of the entropy bonus (mean entropy at the sampled positions, subtracted)."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,10 +1,15 @@
 """Everything checked and built in the controller before any process is spawned: the
-config's ranges, the dataset (a malformed file fails here, with its line number), the reward
-spec, and the checkpoint directory every process will load."""
+config's ranges, the reward spec, the dataset (a malformed file fails here, with its line
+number), the output directory and the checkpoint directory every process will load.
+
+Checks run from the most basic to the most costly, and nothing is written until every
+check has passed: a rejected run leaves no directory behind.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 from async_grpo.checkpoints import CheckpointNotFound, locate_checkpoint
@@ -24,29 +29,39 @@ class Prepared:
     samples: list[Sample] | None
 
 
+def _reason(e: Exception) -> str:
+    """An OS error as its reason alone ("Permission denied"), anything else as its text."""
+    return e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+
+
 def load_samples(cfg: RunConfig) -> list[Sample] | None:
-    if cfg.data.path:
-        return load_jsonl(Path(cfg.data.path), cfg.data.prompt_key, cfg.data.target_key)
-    if cfg.data.hf_name:
-        return load_hf_dataset(
-            cfg.data.hf_name, cfg.data.hf_split, cfg.data.prompt_key, cfg.data.target_key
-        )
+    """The dataset of `data.path` or `data.hf_name`; None for a generated task."""
+    d = cfg.data
+    key = "data.path" if d.path else "data.hf_name"
+    if d.path and Path(d.path).is_dir():
+        raise ConfigError(f"data.path: {d.path} is a directory, not a JSONL file")
+    try:
+        if d.path:
+            return load_jsonl(Path(d.path), d.prompt_key, d.target_key)
+        if d.hf_name:
+            return load_hf_dataset(d.hf_name, d.hf_split, d.prompt_key, d.target_key)
+    except (OSError, ValueError, RuntimeError) as e:
+        raise ConfigError(f"{key}: {_reason(e)}") from None
     return None
 
 
-def resolve_model(cfg: RunConfig, samples: list[Sample] | None, out_dir: Path) -> str:
-    """The checkpoint to load: `model.path`, or a random one of `model.arch` written now."""
-    m = cfg.model
-    if m.path and not m.random_weights:
-        try:
-            return locate_checkpoint(m.path)
-        except CheckpointNotFound as e:
-            raise ConfigError(str(e)) from None
-    if m.arch not in ARCHS:
-        raise ConfigError(f"model.arch: unknown architecture {m.arch!r}; known: {sorted(ARCHS)}")
-    corpus = corpus_for(cfg.data.task, cfg.data.min_n, cfg.data.max_n, samples or ())
-    path = out_dir / f"checkpoint-{m.arch}-seed{m.init_seed}"
-    return str(write_random_checkpoint(path, ARCHS[m.arch], corpus, seed=m.init_seed))
+def make_out_dir(cfg: RunConfig) -> Path:
+    """Creates `out_dir` (and its parents) if needed; an error names the key and why."""
+    out = Path(cfg.out_dir)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"out_dir: {out} exists and is not a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"out_dir: cannot create {out}: {_reason(e)}") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise ConfigError(f"out_dir: {out} is not writable")
+    return out
 
 
 def prepare(cfg: RunConfig) -> Prepared:
@@ -56,7 +71,20 @@ def prepare(cfg: RunConfig) -> Prepared:
         parse_weights(cfg.reward.fns)
     except ValueError as e:
         raise ConfigError(f"reward.fns: {e}") from None
+    m = cfg.model
+    build = m.random_weights or not m.path
+    if build and m.arch not in ARCHS:
+        raise ConfigError(f"model.arch: unknown architecture {m.arch!r}; known: {sorted(ARCHS)}")
     samples = load_samples(cfg)
-    out_dir = Path(cfg.out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    return Prepared(resolve_model(cfg, samples, out_dir), samples)
+    if not build:
+        try:
+            model_path = locate_checkpoint(m.path)
+        except CheckpointNotFound as e:
+            raise ConfigError(str(e)) from None
+    out_dir = make_out_dir(cfg)
+    if build:
+        # A random checkpoint of `arch`, with a tokenizer trained on the task's words.
+        corpus = corpus_for(cfg.data.task, cfg.data.min_n, cfg.data.max_n, samples or ())
+        path = out_dir / f"checkpoint-{m.arch}-seed{m.init_seed}"
+        model_path = str(write_random_checkpoint(path, ARCHS[m.arch], corpus, seed=m.init_seed))
+    return Prepared(model_path, samples)

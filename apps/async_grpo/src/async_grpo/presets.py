@@ -21,6 +21,7 @@ from async_grpo.config import (
     SamplingConfig,
     TrainerConfig,
 )
+from async_grpo.grpo import LossConfig
 from async_grpo.model import QWEN25_05B_ARCH, ArchSpec
 
 TINY_ARCH = ArchSpec(
@@ -58,9 +59,8 @@ def tiny() -> RunConfig:
             lr_schedule="cosine",
             warmup_steps=20,
             min_lr_ratio=0.1,
-            entropy_coef=0.1,
             batch_size=128,
-            kl_coef=0.0,
+            loss=LossConfig(entropy_coef=0.1, kl_coef=0.0),
         ),
         buffer=BufferConfig(max_policy_age=1, capacity=1024),
         steps=800,
@@ -84,7 +84,7 @@ def qwen25_05b() -> RunConfig:
         sampling=SamplingConfig(group_size=8, max_new_tokens=32, temperature=1.0, top_p=1.0),
         generator=GeneratorConfig(replicas=1, prompts_per_call=8),
         reward=RewardConfig(fns="numeric:0.9,format:0.1"),
-        trainer=TrainerConfig(lr=1e-6, batch_size=64, kl_coef=0.01),
+        trainer=TrainerConfig(lr=1e-6, batch_size=64, loss=LossConfig(kl_coef=0.01)),
         buffer=BufferConfig(max_policy_age=1, capacity=512),
         steps=200,
         rollout_loops=2,
