@@ -7,6 +7,8 @@ import async_grpo.loop
 import pytest
 from async_grpo.cli import build_config, main
 from async_grpo.presets import PRESETS, default_preset, qwen25_05b, tiny
+from async_grpo.training import NonFiniteError
+from monarch.actor import ActorError
 
 
 @pytest.fixture(autouse=True)
@@ -131,6 +133,31 @@ def test_subcommands_are_dispatched_before_config_parsing(monkeypatch: pytest.Mo
     monkeypatch.setitem(async_grpo.cli.SUBCOMMANDS, "report", report)
     assert main(["report", "runs/x", "--not.a.config.key"]) == 7
     assert seen == [["runs/x", "--not.a.config.key"]]
+
+
+@pytest.mark.parametrize(
+    ("error", "message"),
+    [
+        (
+            NonFiniteError("train step 3: the loss is nan; the step was refused"),
+            "async-grpo: error: train step 3: the loss is nan; the step was refused\n",
+        ),
+        (KeyError("x"), "async-grpo: error: KeyError: 'x' (in a spawned process)\n"),
+    ],
+)
+def test_a_run_failing_in_a_process_is_one_line(
+    error: Exception,
+    message: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    async def fail(*args: object, **kwargs: object) -> None:
+        raise ActorError(error)  # what an actor's exception becomes in the controller
+
+    monkeypatch.setattr(async_grpo.cli, "run_job", fail)
+    assert main(["--preset", "tiny", "--out_dir", str(tmp_path)]) == 1
+    assert capsys.readouterr().err == message
 
 
 def help_text(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
