@@ -3,10 +3,10 @@
 import math
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 import torch
 from async_grpo.grpo import LossConfig, group_advantages, grpo_loss, k3_kl
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 def test_group_advantages_hand_computed() -> None:

@@ -2,10 +2,10 @@
 dies and one when it is back, and counts both in the metrics."""
 
 import asyncio
-from collections.abc import Callable
 import json
 import os
 import signal
+from collections.abc import Callable
 from pathlib import Path
 
 import async_grpo.loop
@@ -55,7 +55,8 @@ def test_a_killed_generator_is_reported_and_counted(
     assert all(r["replica_deaths"] == 0 for r in rows if r["version"] <= 5)
     died = [x for x in lines if "generator replica 0 died" in x]
     back = [x for x in lines if "generator replica 0 is back after" in x]
-    assert len(died) == 1 and len(back) == 1, lines
+    assert len(died) == 1, lines
+    assert len(back) == 1, lines
     assert lines.index(died[0]) < lines.index(back[0])
 
 

@@ -46,7 +46,8 @@ def test_steps_with_top_p_and_the_entropy_bonus_stay_finite(tiny_checkpoint: Pat
     before = params(core)
     for step in range(3):
         stats = core.step(episodes, None)
-        assert math.isfinite(stats.grad_norm) and math.isfinite(stats.loss.loss), step
+        assert math.isfinite(stats.grad_norm), step
+        assert math.isfinite(stats.loss.loss), step
     after = params(core)
     assert core.version == 3
     assert all(bool(t.isfinite().all()) for t in after.values())

@@ -27,7 +27,6 @@ from async_grpo.prepare import Prepared
 from async_grpo.training import add_stats
 from async_grpo.weight_sync import WeightUpdate, merge
 
-
 # How long a call waits for a replica when none is serving: a respawned replica starts a
 # process, imports torch and loads the model again (tens of seconds on a loaded 2-core
 # machine, minutes for a large model), and the run should wait for it, not fail.

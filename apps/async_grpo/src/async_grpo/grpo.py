@@ -92,7 +92,7 @@ class LossStats:
 
 def grpo_loss(
     logprobs: Tensor,
-    behaviour_logprobs: Tensor,
+    behavior_logprobs: Tensor,
     advantages: Tensor,
     mask: Tensor,
     cfg: LossConfig,
@@ -103,7 +103,7 @@ def grpo_loss(
 ) -> tuple[Tensor, LossStats]:
     """Token-level GRPO loss: the mean over every real response token in the batch.
 
-    `logprobs` [B, T] carry gradient (current policy); `behaviour_logprobs` [B, T] are what
+    `logprobs` [B, T] carry gradient (current policy); `behavior_logprobs` [B, T] are what
     the generator's sampling distribution gave the same tokens; `advantages` [B] is broadcast
     over each sequence's tokens; `ref_logprobs` [B, T] is needed when `cfg.kl_coef > 0`.
     Averaging over tokens (not per sequence first) weighs every token equally, so long
@@ -121,7 +121,7 @@ def grpo_loss(
     mask = mask.float()
     n_tokens = mask.sum().clamp(min=1.0) if token_count is None else torch.tensor(token_count)
     adv = advantages.float().unsqueeze(1).expand_as(logprobs)
-    ratio = torch.exp(logprobs - behaviour_logprobs)
+    ratio = torch.exp(logprobs - behavior_logprobs)
     if cfg.importance == "clip":
         clipped = torch.clamp(ratio, 1.0 - cfg.clip_eps, 1.0 + cfg.clip_eps)
         per_token = -torch.minimum(ratio * adv, clipped * adv)
