@@ -132,6 +132,7 @@ async def spawn_components(
                 cfg.model,
                 cfg.sampling,
                 cfg.seed,
+                cfg.generator,
             ),
             spawn_service(
                 RewardActor,

@@ -92,6 +92,12 @@ class GeneratorConfig:
     """Generator processes, each holding a copy of the policy."""
     prompts_per_call: int = 4
     """Prompts per generation request (each sampled `sampling.group_size` times)."""
+    engine: Literal["hf", "vllm"] = "hf"
+    """What samples: hf (transformers, built in) or vllm (needs `uv sync --extra vllm`)."""
+    kv_cache_gib: float = 1.0
+    """vllm: memory each replica reserves for its KV cache, GiB (RAM on CPU, GPU memory)."""
+    tensor_parallel: int = 1
+    """vllm: GPUs each replica's model is split over (1 on a CPU)."""
 
 
 @dataclasses.dataclass
@@ -328,6 +334,8 @@ def validate(cfg: RunConfig) -> None:
         ("sampling.top_p", 0 < s.top_p <= 1, "in (0, 1]"),
         ("generator.replicas", cfg.generator.replicas >= 1, ">= 1"),
         ("generator.prompts_per_call", cfg.generator.prompts_per_call >= 1, ">= 1"),
+        ("generator.kv_cache_gib", 0 < cfg.generator.kv_cache_gib < float("inf"), "> 0"),
+        ("generator.tensor_parallel", cfg.generator.tensor_parallel >= 1, ">= 1"),
         ("reward.replicas", cfg.reward.replicas >= 1, ">= 1"),
         ("trainer.lr", 0 < t.lr < float("inf"), "> 0 and finite"),
         ("trainer.adam_beta2", 0 < t.adam_beta2 < 1, "in (0, 1)"),

@@ -12,8 +12,11 @@ import dataclasses
 import os
 from pathlib import Path
 
+import torch
+
 from async_grpo.checkpoints import CheckpointNotFound, locate_checkpoint
 from async_grpo.config import ConfigError, RunConfig, validate
+from async_grpo.engines import check_engine
 from async_grpo.model import write_random_checkpoint
 from async_grpo.presets import ARCHS
 from async_grpo.rewards import parse_weights
@@ -64,6 +67,23 @@ def make_out_dir(cfg: RunConfig) -> Path:
     return out
 
 
+def check_generator(cfg: RunConfig) -> None:
+    """The generation engine can start here: known, installed, its KV cache fits (the model
+    architecture is checked by vLLM itself as each replica starts)."""
+    g = cfg.generator
+    on_gpu = torch.cuda.is_available()
+    if g.tensor_parallel > 1 and (g.engine != "vllm" or not on_gpu):
+        raise ConfigError(
+            f"generator.tensor_parallel {g.tensor_parallel} needs --generator.engine vllm "
+            "on a CUDA machine"
+        )
+    problem = check_engine(
+        g.engine, replicas=g.replicas, kv_cache_gib=g.kv_cache_gib, on_gpu=on_gpu
+    )
+    if problem is not None:
+        raise ConfigError(f"generator.engine {g.engine}: {problem}")
+
+
 def prepare(cfg: RunConfig) -> Prepared:
     """Validates `cfg` and builds what the processes need; raises before spawning anything."""
     validate(cfg)
@@ -71,6 +91,7 @@ def prepare(cfg: RunConfig) -> Prepared:
         parse_weights(cfg.reward.fns)
     except ValueError as e:
         raise ConfigError(f"reward.fns: {e}") from None
+    check_generator(cfg)
     m = cfg.model
     build = m.random_weights or not m.path
     if build and m.arch not in ARCHS:

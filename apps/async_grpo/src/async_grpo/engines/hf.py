@@ -1,0 +1,59 @@
+"""The `hf` engine: the policy as a `transformers` model, sampled by `sampling.generate`.
+
+The embedded default: nothing to install beyond the app, the same model class the trainer
+runs, and weights pulled straight into its parameters. Right for a CPU and for checking;
+on a GPU an inference engine (`engines.vllm`) keeps the device far busier.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from torch import Tensor
+
+from async_grpo import weight_sync
+from async_grpo.config import ModelConfig, SamplingConfig
+from async_grpo.model import load_policy, load_tokenizer
+from async_grpo.sampling import Completion, generate
+from async_grpo.weight_sync import WeightSync, WeightUpdate
+
+
+class HFEngine:
+    """Loads the policy from `model_path` with `from_pretrained` (on CUDA when there is one)."""
+
+    def __init__(
+        self, model_path: str, model: ModelConfig, sampling: SamplingConfig, seed: int
+    ) -> None:
+        dtype = torch.bfloat16 if model.dtype == "bfloat16" else torch.float32
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self._model = load_policy(model_path, dtype).to(device)  # type: ignore[arg-type]
+        self._tokenizer = load_tokenizer(model_path)
+        self._sampling = sampling
+        self._chat = model.chat_template
+        self.version = 0
+        # Replicas get the same arguments; the pid keeps their samples independent.
+        self._rng = torch.Generator(device).manual_seed(seed * 1_000_003 + os.getpid())
+
+    def generate(self, prompts: list[str]) -> list[list[Completion]]:
+        return generate(
+            self._model,
+            self._tokenizer,
+            prompts,
+            self._sampling,
+            self.version,
+            chat_template=self._chat,
+            generator=self._rng,
+        )
+
+    async def load_weights(self, update: WeightUpdate) -> WeightSync:
+        result = await weight_sync.pull(update, self._model)
+        self.version = result.version
+        return result
+
+    def weights(self) -> dict[str, Tensor]:
+        """The parameters by name, copied to CPU."""
+        return {n: p.detach().cpu().clone() for n, p in self._model.named_parameters()}
+
+    def close(self) -> None:
+        """Nothing to stop: the model lives in this process's memory."""
