@@ -125,6 +125,10 @@ BAD_FIELDS = [
     ({"group_id": 1.5}, TypeError, "Episode.group_id must be an int, a str or None"),
     ({"group_id": False}, TypeError, "Episode.group_id"),
     ({"metadata": [("a", 1)]}, TypeError, "Episode.metadata must be a dict"),
+    ({"loss_mask": [True, False]}, TypeError, "Episode.loss_mask must be a torch.Tensor"),
+    ({"loss_mask": torch.tensor([1, 0])}, TypeError, "loss_mask must have dtype torch.bool"),
+    ({"loss_mask": torch.tensor([True])}, ValueError, "one value per response token (2), got 1"),
+    ({"loss_mask": torch.tensor([False, False])}, ValueError, "at least one policy token"),
 ]
 
 
@@ -147,3 +151,22 @@ def test_logprobs_equal_to_zero_are_valid_and_the_bound_is_exactly_zero() -> Non
     assert tiny.item() > 0.0
     with pytest.raises(ValueError, match=r"behavior_logprobs must be .*\(<= 0\), got min=0\.0"):
         Episode(**fields(behavior_logprobs=torch.cat([torch.zeros(1), tiny])))
+
+
+def test_loss_mask_marks_the_policy_tokens_and_survives_pickle() -> None:
+    # A multi-turn response: policy, environment, environment, policy.
+    mask = torch.tensor([True, False, False, True])
+    e = Episode(
+        **fields(
+            response_ids=torch.tensor([4, 5, 6, 7]),
+            behavior_logprobs=torch.tensor([-0.5, 0.0, 0.0, -1.5]),
+            loss_mask=mask,
+        )
+    )
+    assert e.num_policy_tokens == 2
+    assert make_episode().num_policy_tokens == len(make_episode().response_ids)
+    back = pickle.loads(pickle.dumps(e))
+    assert back.loss_mask is not None
+    assert back.loss_mask.dtype == torch.bool
+    assert back.loss_mask.tolist() == [True, False, False, True]
+    assert pickle.loads(pickle.dumps(make_episode())).loss_mask is None

@@ -3,6 +3,7 @@ nothing."""
 
 from __future__ import annotations
 
+import copy
 import io
 from typing import Any
 
@@ -158,3 +159,33 @@ def test_loaded_episodes_are_validated_episodes() -> None:
     (episode,) = batch.episodes
     assert isinstance(episode, Episode)
     assert episode.reward == 2.0
+
+
+def test_a_version_1_state_without_loss_masks_still_loads() -> None:
+    source = ReplayBuffer(ReplayBufferConfig(max_policy_age=2, seed=0))
+    masked = make_episode(policy_version=0)
+    masked = Episode(
+        prompt_ids=masked.prompt_ids,
+        response_ids=masked.response_ids,
+        behavior_logprobs=masked.behavior_logprobs,
+        reward=masked.reward,
+        advantage=masked.advantage,
+        policy_version=0,
+        loss_mask=torch.ones(len(masked.response_ids), dtype=torch.bool),
+    )
+    source.add_many([masked, make_episode(policy_version=0)])
+    state = source.state_dict()
+    restored = ReplayBuffer(ReplayBufferConfig(max_policy_age=2, seed=0))
+    restored.load_state_dict(state)
+    kept = [e["loss_mask"] for item in state["items"] for e in item["episodes"]]
+    assert kept[0] is not None
+    assert kept[1] is None
+    # The same state as version 1 wrote it: no loss_mask key, format_version 1.
+    old = copy.deepcopy(state)
+    old["format_version"] = 1
+    for item in old["items"]:
+        for e in item["episodes"]:
+            del e["loss_mask"]
+    restored_old = ReplayBuffer(ReplayBufferConfig(max_policy_age=2, seed=0))
+    restored_old.load_state_dict(old)
+    assert restored_old.stats().held == 2

@@ -17,7 +17,9 @@ from replay_buffer.config import ReplayBufferConfig
 from replay_buffer.episode import Episode
 from replay_buffer.stats import Counters
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+# Version 1 had no `loss_mask` per episode; its episodes decode with the default (None).
+_READABLE_VERSIONS = (1, 2)
 _TOP_LEVEL = {
     "format_version",
     "config",
@@ -38,6 +40,7 @@ _EPISODE_FIELDS = (
     "policy_version",
     "group_id",
     "metadata",
+    "loss_mask",
 )
 
 
@@ -92,10 +95,10 @@ def decode(state: object, *, config: ReplayBufferConfig, policy_type: str) -> Re
         raise ValueError(
             f"not a replay-buffer state_dict: expected keys {sorted(_TOP_LEVEL)}, got {got}"
         )
-    if state["format_version"] != FORMAT_VERSION:
+    if state["format_version"] not in _READABLE_VERSIONS:
         raise ValueError(
             f"state_dict format_version {state['format_version']!r} is not supported "
-            f"(this version reads {FORMAT_VERSION})"
+            f"(this version reads {', '.join(map(str, _READABLE_VERSIONS))})"
         )
     saved = state["config"]
     if saved != asdict(config):

@@ -40,6 +40,12 @@ class Episode:
         group_id: the group this episode belongs to (responses to the same prompt), `int` or
             `str`; required when the buffer keeps groups whole (`group_size` set).
         metadata: free-form extras (task name, prompt text, ...); the buffer never reads it.
+        loss_mask: which response tokens the policy produced, shape `(R,)`, dtype
+            `torch.bool`, at least one True; None (the default) means all of them. A
+            multi-turn episode's response also holds what the environment answered between
+            the policy's turns: those tokens are context for the next turn but not the
+            policy's actions, so they are False here, are never trained on, and their
+            `behavior_logprobs` entries are ignored (0.0 by convention).
     """
 
     prompt_ids: torch.Tensor
@@ -50,11 +56,14 @@ class Episode:
     policy_version: int
     group_id: GroupId | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    loss_mask: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         _check_token_ids("prompt_ids", self.prompt_ids)
         _check_token_ids("response_ids", self.response_ids)
         _check_logprobs(self.behavior_logprobs, len(self.response_ids))
+        if self.loss_mask is not None:
+            _check_loss_mask(self.loss_mask, len(self.response_ids))
         # Normalise ints (and float subclasses such as numpy.float64) to plain floats.
         object.__setattr__(self, "reward", _finite_float("reward", self.reward))
         object.__setattr__(self, "advantage", _finite_float("advantage", self.advantage))
@@ -74,6 +83,13 @@ class Episode:
         """Prompt plus response length, in tokens."""
         return len(self.prompt_ids) + len(self.response_ids)
 
+    @property
+    def num_policy_tokens(self) -> int:
+        """Response tokens the policy produced (all of them without a `loss_mask`)."""
+        if self.loss_mask is None:
+            return len(self.response_ids)
+        return int(self.loss_mask.sum())
+
     def __reduce__(self) -> tuple[Any, ...]:
         # Episodes cross process boundaries (actor messages) in every RL step. Pickling a
         # small tensor the standard way costs ~60-80 us each way; its raw bytes cost ~1 us,
@@ -85,6 +101,7 @@ class Episode:
             "policy_version": self.policy_version,
             "group_id": self.group_id,
             "metadata": self.metadata,
+            "loss_mask": None if self.loss_mask is None else _tensor_bytes(self.loss_mask),
         }
         return (_rebuild, (tuple(_tensor_bytes(t) for t in tensors), rest))
 
@@ -105,10 +122,12 @@ def _from_bytes(data: bytes | torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 def _rebuild(tensors: tuple[bytes | torch.Tensor, ...], rest: dict[str, Any]) -> Episode:
     prompt_ids, response_ids, behavior_logprobs = tensors
+    mask = rest.pop("loss_mask", None)
     return Episode(
         prompt_ids=_from_bytes(prompt_ids, torch.long),
         response_ids=_from_bytes(response_ids, torch.long),
         behavior_logprobs=_from_bytes(behavior_logprobs, torch.float32),
+        loss_mask=None if mask is None else _from_bytes(mask, torch.bool),
         **rest,
     )
 
@@ -154,6 +173,17 @@ def _check_logprobs(value: object, response_len: int) -> None:
         raise ValueError(
             f"{name} must be finite natural-log probabilities (<= 0), got min={lo}, max={hi}"
         )
+
+
+def _check_loss_mask(value: object, response_len: int) -> None:
+    mask = _check_1d("loss_mask", value, torch.bool)
+    if mask.shape[0] != response_len:
+        raise ValueError(
+            f"Episode.loss_mask must have one value per response token ({response_len}), "
+            f"got {mask.shape[0]}"
+        )
+    if not bool(mask.any()):
+        raise ValueError("Episode.loss_mask must mark at least one policy token, got none")
 
 
 def _finite_float(name: str, value: object) -> float:
