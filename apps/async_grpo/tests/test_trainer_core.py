@@ -101,3 +101,18 @@ def test_completions_become_whole_groups_of_episodes() -> None:
     assert batch.response_start.tolist() == [2, 2, 2, 2]
     with pytest.raises(ValueError, match=r"ref_logprobs must be \[4, 2\]"):
         pack(episodes, pad_id=0, ref_logprobs=torch.zeros(4, 3))
+
+
+def test_environment_tokens_of_a_multi_turn_response_are_not_trained() -> None:
+    turns = Episode(
+        prompt_ids=torch.tensor([5]),
+        response_ids=torch.tensor([1, 7, 7, 2]),  # policy, environment x2, policy
+        behavior_logprobs=torch.tensor([-0.5, 0.0, 0.0, -0.25]),
+        reward=1.0,
+        advantage=1.0,
+        policy_version=0,
+        loss_mask=torch.tensor([True, False, False, True]),
+    )
+    batch = pack([turns], pad_id=0)
+    assert batch.response_mask.tolist() == [[1.0, 0.0, 0.0, 1.0]]
+    assert batch.input_ids.tolist() == [[5, 1, 7, 7, 2]]  # still the whole context

@@ -23,8 +23,9 @@ class TrainBatch:
 
     `input_ids` [B, L] prompt then response then padding (L = longest prompt+response);
     `attention_mask` [B, L] 1 on real tokens; `response_start` [B] index of each row's first
-    response token; `response_mask` [B, T] (T = longest response) 1.0 on real response
-    tokens; `behavior_logprobs` [B, T] the generator's log-probs of those tokens (0 on
+    response token; `response_mask` [B, T] (T = longest response) 1.0 on the response
+    tokens the policy produced (`Episode.loss_mask`; all real response tokens without one),
+    0.0 on environment tokens and padding; `behavior_logprobs` [B, T] the generator's log-probs of those tokens (0 on
     padding); `ref_logprobs` [B, T] the reference model's, or None when KL is off;
     `advantages` [B].
     """
@@ -75,7 +76,8 @@ def pack(
         input_ids[i, :p] = e.prompt_ids
         input_ids[i, p : p + n] = e.response_ids
         attention[i, : p + n] = 1
-        mask[i, :n] = 1.0
+        # Environment tokens of a multi-turn response are context, not the policy's actions.
+        mask[i, :n] = 1.0 if e.loss_mask is None else e.loss_mask.float()
         behavior[i, :n] = e.behavior_logprobs
     return TrainBatch(
         input_ids=input_ids,

@@ -131,7 +131,7 @@ class TrainerCore:
             batch.response_mask,
             loss_cfg,
             ref_logprobs=batch.ref_logprobs,
-            token_count=sum(len(e.response_ids) for e in episodes),
+            token_count=sum(e.num_policy_tokens for e in episodes),
             entropy=entropy if loss_cfg.entropy_coef > 0 else entropy.detach(),
         )
         lr = learning_rate(self.cfg, self.version, self.total_steps)
