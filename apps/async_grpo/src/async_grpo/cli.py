@@ -10,6 +10,8 @@ reference model when the KL term is on), each in its own process, and trains unt
     uv run async-grpo --trainer.lr 1e-4 --trainer.loss.kl_coef 0.05
     uv run async-grpo --preset qwen2.5-0.5b --model /path/to/Qwen2.5-0.5B-Instruct
     uv run async-grpo --help                         # every option, its meaning and default
+    uv run async-grpo report runs/async-grpo         # report.html from a run's metrics and trace
+    uv run async-grpo sweep                          # max_policy_age 0, 1, 2, 4, one report
 
 `--preset NAME` picks the named preset (`presets.PRESETS`), whose values are the defaults
 every other option overrides; `--model PATH` is short for `--model.path PATH`. An unknown
@@ -20,6 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import importlib
+import json
 import sys
 import time
 from collections.abc import Callable
@@ -28,6 +32,7 @@ from pathlib import Path
 from monarch.actor import ActorError
 from tqdm import tqdm  # type: ignore[import-untyped]
 
+from async_grpo import tracing
 from async_grpo.actors.trainer import TrainResult
 from async_grpo.config import ConfigError, RunConfig, parse
 from async_grpo.loop import run_job
@@ -36,7 +41,22 @@ from async_grpo.prepare import Prepared, prepare
 from async_grpo.presets import PRESETS, default_preset
 from async_grpo.training import NonFiniteError
 
-SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {}
+
+def _lazy(module: str) -> Callable[[list[str]], int]:
+    """The `main(argv)` of `async_grpo.<module>`, imported only when called (plotly is not
+    imported by a training run)."""
+
+    def call(argv: list[str]) -> int:
+        code: int = importlib.import_module(f"async_grpo.{module}").main(argv)
+        return code
+
+    return call
+
+
+SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
+    "report": _lazy("report"),
+    "sweep": _lazy("sweep"),
+}
 """`async-grpo NAME ARGS...` runs `SUBCOMMANDS[NAME](ARGS)` instead of a training run; the
 first argument is looked up here before any config parsing."""
 
@@ -172,13 +192,18 @@ class Reporter:
 
 
 async def run(cfg: RunConfig, prep: Prepared, quiet: bool = False) -> Summary:
-    """Trains with `cfg` and returns the summary (also what the tests and benchmark call)."""
-    sink = MetricsSink(Path(cfg.out_dir))
+    """Trains with `cfg` and returns the summary (also what the tests and benchmark call).
+    Writes `<out_dir>/config.json`, and with `cfg.trace` every process's spans into
+    `<out_dir>/trace.json` (also when the run fails or is interrupted)."""
+    out_dir = Path(cfg.out_dir)
+    sink = MetricsSink(out_dir)
+    (out_dir / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), default=str))
     metrics = RunMetrics(cfg.window)
     reporter = Reporter(cfg, metrics, quiet)
     start = time.perf_counter()
     try:
-        await run_job(cfg, prep, sink, reporter.on_step, metrics, log=tqdm.write)
+        with tracing.session(out_dir, enabled=cfg.trace):
+            await run_job(cfg, prep, sink, reporter.on_step, metrics, log=tqdm.write)
     finally:
         sink.close()
     return reporter.summary(time.perf_counter() - start)
@@ -251,6 +276,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"async-grpo: error: {run_failure(e)}", file=sys.stderr)
         return 1
     print_summary(summary, cfg.window, f"{cfg.out_dir}/metrics.jsonl")
+    if cfg.trace:
+        print(f"trace: {cfg.out_dir}/trace.json (uv run async-grpo report {cfg.out_dir})")
     return 0
 
 

@@ -83,7 +83,6 @@ def sweep(
         age = cfg.buffer.max_policy_age
         log(f"sweep: max_policy_age {age} -> {cfg.out_dir}")
         prep = prepare(cfg)
-        Path(cfg.out_dir, "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=1))
         summary = asyncio.run(run(cfg, prep, quiet=True))
         done.append(
             SweepRun(
@@ -116,7 +115,7 @@ def _take(argv: list[str], flag: str) -> tuple[str | None, list[str]]:
             rest.append(argv[i])
         elif eq:
             value = val
-        elif i + 1 < len(argv):
+        elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
             value = argv[i + 1]
             i += 1
         else:
