@@ -2,7 +2,7 @@
 
 What it teaches
     RL code wants "any healthy generator", not "the actor in process 3". `SimpleService`
-    below is that abstraction in about 40 lines: it keeps the set of healthy replicas, sends
+    below is that abstraction in about 25 lines: it keeps the set of healthy replicas, sends
     each call to the next healthy one (round robin), and when a replica's process dies under
     a call, it drops the replica from the set and sends the call again elsewhere. Then the
     same is done with `packages/actor-service`, which also starts a new process in place of
