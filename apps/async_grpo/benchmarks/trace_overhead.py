@@ -1,0 +1,73 @@
+"""What tracing costs, in ONE run of this script: trained episodes/s with `--trace` on and off.
+
+Runs the tiny preset (async, same seed) alternately with tracing off and on, `--pairs`
+times each, so slow drifts of a shared machine hit both settings alike; prints every run,
+the median of each setting and the ratio on/off. The goal is a ratio >= 0.98 (at most 2%
+slower); tracing is on by default only because it meets it. Rates are measured from the end
+of the first train step (start-up excluded), as the app reports them.
+
+    uv run python apps/async_grpo/benchmarks/trace_overhead.py            # 3 pairs, 150 steps
+    uv run python apps/async_grpo/benchmarks/trace_overhead.py --quick --json out.json
+
+`--json PATH` writes {"runs": [{"trace", "episodes_per_s", "wall_s"}...], "ratio"}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import tempfile
+from pathlib import Path
+
+from async_grpo.cli import Summary, run
+from async_grpo.config import apply_overrides
+from async_grpo.prepare import prepare
+from async_grpo.presets import tiny
+
+
+def bench(trace: bool, steps: int, seed: int, out: Path) -> Summary:
+    cfg = apply_overrides(
+        tiny(),
+        {"steps": str(steps), "seed": str(seed), "trace": str(trace), "out_dir": str(out)},
+    )
+    return asyncio.run(run(cfg, prepare(cfg), quiet=True))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=150)
+    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quick", action="store_true", help="1 pair of 40 steps")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    steps, pairs = (40, 1) if args.quick else (args.steps, args.pairs)
+    print(f"tiny preset, {steps} train steps per run, {pairs} off/on pairs, {os.cpu_count()} CPUs")
+    runs: list[dict[str, object]] = []
+    rates: dict[bool, list[float]] = {False: [], True: []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(pairs):
+            for trace in (False, True):
+                s = bench(trace, steps, args.seed, Path(tmp) / f"{i}-{trace}")
+                if trace and not (Path(tmp) / f"{i}-{trace}" / "trace.json").exists():
+                    raise SystemExit("a traced run wrote no trace.json")
+                rates[trace].append(s.episodes_per_s)
+                runs.append(
+                    {"trace": trace, "episodes_per_s": s.episodes_per_s, "wall_s": s.wall_s}
+                )
+                print(
+                    f"trace {'on ' if trace else 'off'}: {s.episodes_per_s:7.1f} "
+                    f"trained episodes/s ({s.wall_s:.0f} s wall)"
+                )
+    off, on = statistics.median(rates[False]), statistics.median(rates[True])
+    ratio = on / max(off, 1e-9)
+    print(f"median episodes/s: off {off:.1f}, on {on:.1f}; on/off {ratio:.3f} (goal >= 0.98)")
+    if args.json:
+        args.json.write_text(json.dumps({"runs": runs, "ratio": ratio}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
