@@ -93,9 +93,15 @@ async def _read_buffer(
     handle: TensorHandle, slots: tuple[Slot, ...], out: dict[str, torch.Tensor]
 ) -> int:
     """Reads one whole staging buffer into the destination boxes it feeds."""
-    if len(slots) == 1:  # one piece: straight into the (possibly strided) destination view
-        slot = slots[0]
-        return (await handle.read_into(slot.piece.dst_box.view(out[slot.name]))).nbytes
+    if len(slots) == 1 or choose_transport(handle) is not Transport.RDMA:
+        # One piece, or a same-machine buffer (any slice of it is one memory copy): each
+        # piece straight into its (possibly strided) destination view, no bounce buffer.
+        nbytes = 0
+        for slot in slots:
+            dst = slot.piece.dst_box.view(out[slot.name])
+            nbytes += (await handle.read_into(dst, offset=slot.offset)).nbytes
+        return nbytes
+    # RDMABuffer reads whole buffers only: one read into scratch memory, then the pieces.
     some = out[slots[0].name]
     buffer = torch.empty(handle.numel, dtype=some.dtype, device=some.device)
     result = await handle.read_into(buffer)
