@@ -38,7 +38,15 @@ MEMBERS = {
     "async-grpo": "apps/async_grpo",
 }
 
-nox.options.sessions = ["lint", "typecheck", "tests", "integration", "examples", "browser"]
+nox.options.sessions = [
+    "lint",
+    "typecheck",
+    "tests",
+    "integration",
+    "examples",
+    "browser",
+    "vllm",
+]
 nox.options.default_venv_backend = "none"
 nox.options.error_on_external_run = False
 
@@ -181,6 +189,34 @@ def browser(session: nox.Session) -> None:
     }
     test = "apps/async_grpo/tests/test_report_browser.py"
     session.run(str(bin_dir / "pytest"), test, *session.posargs, env=env, external=True)
+
+
+# The vLLM engine's tests: they skip elsewhere (no vLLM), and must run here.
+VLLM_TESTS = [
+    "apps/async_grpo/tests/test_vllm_engine.py",
+    "apps/async_grpo/tests/test_vllm_learning.py",
+]
+
+
+@nox.session
+def vllm(session: nox.Session) -> None:
+    """The async-grpo vLLM engine (`--generator.engine vllm`) with vLLM's CPU build: the lock's
+    `vllm` extra synced into its own environment (`uv sync --extra vllm`), type-checked with
+    vLLM installed, then its tests. CI has no GPU, so this is where the engine runs."""
+    env_dir = ENVS / "vllm"
+    session.run(
+        UV, "sync", "--frozen", "--quiet", "--extra", "vllm", "--python", sys.executable,
+        env={"UV_PROJECT_ENVIRONMENT": str(env_dir)}, external=True,
+    )  # fmt: skip
+    bin_dir = env_dir / "bin"
+    app = MEMBERS["async-grpo"]
+    _run(session, bin_dir, "mypy", "--config-file", "pyproject.toml", f"{app}/src", *VLLM_TESTS)
+    env = {
+        "VIRTUAL_ENV": str(env_dir),
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "ASYNC_GRPO_REQUIRE_VLLM": "1",  # here a missing vLLM fails instead of skipping
+    }
+    session.run(str(bin_dir / "pytest"), *VLLM_TESTS, *session.posargs, env=env, external=True)
 
 
 @nox.session
