@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
-from rdma_tensor._packing import TensorSpec, pack_buckets
 from rdma_tensor._owner import Control
+from rdma_tensor._packing import TensorSpec, pack_buckets
 from rdma_tensor.errors import (
     MismatchError,
     PublisherClosedError,
@@ -109,8 +109,7 @@ class Publisher:
         `dtensor_reshard.ShardedPublisher`, whose staging is reused only after `release`)
         can call `publish(state, version)` then `release(version)` without asking which.
         """
-        if not isinstance(version, int) or isinstance(version, bool) or version < 0:
-            raise ValueError(f"version must be a non-negative int, got {version!r}")
+        _check_version(version)
 
     def close(self) -> None:
         """Readers fail from now on; staging memory is freed once readers let go of it.
@@ -193,8 +192,8 @@ class Publisher:
         """Validates a publish call (typed `object`: callers are not always type-checked)."""
         if not isinstance(state_dict, Mapping):
             raise TypeError(f"state_dict must be a mapping, got {type(state_dict).__name__}")
-        if not isinstance(version, int) or isinstance(version, bool) or version < 0:
-            raise ValueError(f"version must be a non-negative int, got {version!r}")
+        _check_version(version)
+        assert isinstance(version, int)
         if self._latest is not None and version <= self._latest.version:
             raise StaleVersionError(
                 f"version {version} is not newer than the last published {self._latest.version}"
@@ -262,6 +261,12 @@ class Publisher:
                     "newer one or unmaps; with M such readers use PublisherConfig(slots=M + 1)"
                 )
             time.sleep(0.0005)
+
+
+def _check_version(version: object) -> None:
+    """Typed `object`: callers are not always type-checked."""
+    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+        raise ValueError(f"version must be a non-negative int, got {version!r}")
 
 
 def _describe_difference(before: list[TensorSpec], after: list[TensorSpec]) -> str:
