@@ -174,3 +174,26 @@ def write_sweep(root: Path, ages: tuple[int, ...] = (0, 1, 2, 4)) -> Path:
     manifest = {"runs": [{"dir": f"age-{a}", "max_policy_age": a} for a in ages]}
     root.joinpath("sweep.json").write_text(json.dumps(manifest))
     return root
+
+
+def assert_well_formed(trace_json: Path) -> dict[str, Any]:
+    """Chrome trace checks: every X event has the fields Perfetto needs, and on every
+    (pid, tid) the spans nest or are disjoint, never overlapping partially."""
+    data = json.loads(trace_json.read_text())
+    events = data["traceEvents"]
+    lanes: dict[tuple[int, int], list[tuple[float, float]]] = {}
+    for e in events:
+        assert e["ph"] in ("X", "M", "C", "i"), e
+        if e["ph"] == "X":
+            assert {"name", "ts", "dur", "pid", "tid", "cat"} <= set(e), e
+            assert e["dur"] >= 0, e
+            assert e["ts"] >= 0, e
+            lanes.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
+    for lane, spans in lanes.items():
+        stack: list[float] = []
+        for start, end in sorted(spans, key=lambda s: (s[0], -s[1])):
+            while stack and stack[-1] <= start:
+                stack.pop()
+            assert not stack or end <= stack[-1] + 1e-3, f"partial overlap on {lane}"
+            stack.append(end)
+    return dict(data)

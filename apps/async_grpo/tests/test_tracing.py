@@ -12,13 +12,15 @@ import sys
 import textwrap
 import time
 from pathlib import Path
-from typing import Any
 
 import cloudpickle  # type: ignore[import-untyped]
 import pytest
 from async_grpo import tracing
 from async_grpo.trace_files import Trace, TraceError, load_trace, merge
 from monarch.actor import Actor, endpoint, this_host
+
+sys.path.insert(0, os.path.dirname(__file__))
+from synthetic_runs import assert_well_formed
 
 
 class Worker(Actor):
@@ -38,29 +40,6 @@ class Worker(Actor):
 
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
-
-
-def assert_well_formed(trace_json: Path) -> dict[str, Any]:
-    """Chrome trace checks: every X event has the fields Perfetto needs, and on every
-    (pid, tid) the spans nest or are disjoint, never overlapping partially."""
-    data = json.loads(trace_json.read_text())
-    events = data["traceEvents"]
-    lanes: dict[tuple[int, int], list[tuple[float, float]]] = {}
-    for e in events:
-        assert e["ph"] in ("X", "M", "C", "i"), e
-        if e["ph"] == "X":
-            assert {"name", "ts", "dur", "pid", "tid", "cat"} <= set(e), e
-            assert e["dur"] >= 0, e
-            assert e["ts"] >= 0, e
-            lanes.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
-    for lane, spans in lanes.items():
-        stack: list[float] = []
-        for start, end in sorted(spans, key=lambda s: (s[0], -s[1])):
-            while stack and stack[-1] <= start:
-                stack.pop()
-            assert not stack or end <= stack[-1] + 1e-3, f"partial overlap on {lane}"
-            stack.append(end)
-    return dict(data)
 
 
 def test_off_costs_nothing_and_writes_nothing(tmp_path: Path) -> None:

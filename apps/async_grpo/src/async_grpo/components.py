@@ -14,9 +14,10 @@ from collections.abc import Callable
 
 from actor_service import ReplicaEvent, Service, ServiceConfig, spawn_service
 from monarch.actor import ProcMesh, this_host
-from replay_buffer import Episode, ReplayBufferActor, ReplayBufferConfig
+from replay_buffer import Episode, ReplayBufferConfig
 from torch import Tensor
 
+from async_grpo.actors.buffer import BufferActor
 from async_grpo.actors.dataset import DatasetActor
 from async_grpo.actors.generator import Generator
 from async_grpo.actors.reference import ReferenceModel
@@ -74,7 +75,7 @@ class Components:
     generator: Service[Generator]
     reward: Service[RewardActor]
     reference: ReferenceModel | None
-    buffer: ReplayBufferActor
+    buffer: BufferActor
     trainer: TrainerMesh
     procs: list[ProcMesh]
 
@@ -115,7 +116,7 @@ async def spawn_components(
     )
     try:
         dataset = proc().spawn("dataset", DatasetActor, cfg.data, prep.samples, cfg.seed)
-        buffer = proc().spawn("replay_buffer", ReplayBufferActor, buffer_cfg)
+        buffer = proc().spawn("replay_buffer", BufferActor, buffer_cfg)
         trainer = await spawn_trainer(cfg, prep.model_path, procs)
         reference = None
         if cfg.trainer.loss.kl_coef > 0:

@@ -19,6 +19,7 @@ from typing import Any
 from actor_service import NoHealthyReplicaError, ReplicaEvent
 from replay_buffer import SampledBatch
 
+from async_grpo import tracing
 from async_grpo.actors.generator import Generator
 from async_grpo.actors.reward import RewardActor
 from async_grpo.actors.trainer import TrainResult
@@ -73,19 +74,23 @@ async def generate_episode(
     """One rollout: prompts -> a group of responses per prompt -> rewards -> advantages ->
     the replay buffer."""
     # Prompts and their targets.
-    samples = await c.dataset.sample.call_one(cfg.generator.prompts_per_call)
+    with tracing.span("prompts", track="rollout"):
+        samples = await c.dataset.sample.call_one(cfg.generator.prompts_per_call)
     # group_size responses per prompt, all from one replica and one policy version.
-    groups = await c.generator.endpoint(Generator.generate).route([s.prompt for s in samples])
+    with tracing.span("generate", track="rollout", prompts=len(samples)):
+        groups = await c.generator.endpoint(Generator.generate).route([s.prompt for s in samples])
     # Rewards for every response.
     completions = [comp for group in groups for comp in group]
     targets = [s.target for s, group in zip(samples, groups, strict=True) for _ in group]
-    rewards = await c.reward.endpoint(RewardActor.score).route(
-        [comp.text for comp in completions], targets
-    )
+    with tracing.span("reward", track="rollout", responses=len(completions)):
+        rewards = await c.reward.endpoint(RewardActor.score).route(
+            [comp.text for comp in completions], targets
+        )
     # Advantages relative to the other answers to the same prompt, into the buffer as whole
     # groups; `put` waits while the buffer is full (admission control).
     episodes = to_episodes(groups, rewards, group_ids, scale_by_std=cfg.trainer.scale_by_std)
-    await c.buffer.put.call_one(episodes)
+    with tracing.span("put", track="rollout", episodes=len(episodes)):
+        await c.buffer.put.call_one(episodes)
     metrics.record_episodes(completions, targets, rewards)
 
 
@@ -97,8 +102,10 @@ async def rollout_loop(
     group_ids: itertools.count[int],
 ) -> None:
     while not versions.stopped:
-        await versions.wait_fresh(cfg.effective_max_policy_age)
-        await generate_episode(c, cfg, metrics, group_ids)
+        with tracing.span("wait_fresh", track="rollout", wait=True):
+            await versions.wait_fresh(cfg.effective_max_policy_age)
+        with tracing.span("episode", track="rollout"):
+            await generate_episode(c, cfg, metrics, group_ids)
 
 
 async def sync_weights(c: Components, update: WeightUpdate) -> int:
@@ -140,7 +147,8 @@ class WeightBroadcast:
                 update = self._queue.get_nowait()
             start = time.perf_counter()
             try:
-                version = await sync_weights(c, update)
+                with tracing.span("sync", track="weight_sync", version=update.version):
+                    version = await sync_weights(c, update)
             except NoHealthyReplicaError:
                 continue  # every replica died under the fanout: each one back is resent to
             metrics.last_sync_s = time.perf_counter() - start
@@ -168,7 +176,8 @@ async def training_loop(
     while version < cfg.steps and time.perf_counter() < deadline:
         # A batch of whole groups, none older than max_policy_age versions; the buffer
         # answers as soon as the episode that completes one arrives.
-        batch = await next_batch
+        with tracing.span("sample_wait", track="train", wait=True, version=version):
+            batch = await next_batch
         if batch is None:
             next_batch = _request_batch(c, cfg, version)
             continue
@@ -177,9 +186,14 @@ async def training_loop(
         # fresh enough for the weights this step produces (version + 1).
         next_batch = _request_batch(c, cfg, version + 1)
         # Reference log-probs for the KL term, when it is on.
-        ref = await c.reference.logprobs.call_one(episodes) if c.reference else None
+        if c.reference:
+            with tracing.span("reference", track="train"):
+                ref = await c.reference.logprobs.call_one(episodes)
+        else:
+            ref = None
         # One GRPO step; the trainer stages the new weights before it returns.
-        result = await c.trainer.train_step(episodes, ref)
+        with tracing.span("train_step", track="train", version=version + 1):
+            result = await c.trainer.train_step(episodes, ref)
         version = result.version
         # New weights go to the generators in the background; rollouts may proceed.
         weights.offer(result.update)

@@ -39,6 +39,26 @@ KIND_COLOURS = {
     "dataset": "#9D755D",
     "reference": "#72B7B2",
 }
+SPAN_COLOURS = {
+    # generator and its controller-side calls: blues; trainer: reds; buffer: purples
+    "generate": "#4C78A8",
+    "update_weights": "#9ECAE9",
+    "episode": "#C6DBEF",
+    "train_step": "#E45756",
+    "publish": "#8C2D04",
+    "reference": "#FF9DA6",
+    "logprobs": "#FF9DA6",
+    "score": "#54A24B",
+    "reward": "#54A24B",
+    "sample": "#9D755D",
+    "prompts": "#9D755D",
+    "put": "#B279A2",
+    "wait_for_room": "#B279A2",
+    "sample_wait": "#7F7F7F",
+    "wait_fresh": "#7F7F7F",
+    "sync": "#F58518",
+}
+"""Colours of the spans the app records; other names get the next colour of `PALETTE`."""
 FONT = {"family": "system-ui, sans-serif", "size": 12}
 
 
@@ -186,8 +206,8 @@ def _hover(s: SpanEvent) -> str:
 
 def span_colours(traces: Sequence[Trace]) -> dict[str, str]:
     """One colour per span name, the same in every run of a report."""
-    names = sorted({s.name for t in traces for s in t.spans})
-    return {n: PALETTE[i % len(PALETTE)] for i, n in enumerate(names)}
+    names = sorted({s.name for t in traces for s in t.spans} - set(SPAN_COLOURS))
+    return {**SPAN_COLOURS, **{n: PALETTE[i % len(PALETTE)] for i, n in enumerate(names)}}
 
 
 def tradeoff_figure(

@@ -95,13 +95,14 @@ def pick_window(length_s: float, windows: int = 60) -> float:
 
 
 def utilization(trace: Trace, window_s: float | None = None) -> dict[str, Utilization]:
-    """Every component's busy share per window (over the whole trace) and over the steady
-    state, by kind."""
+    """Every component's busy share per window (from the first span of a component, so
+    that start-up, which records nothing, is left out) and over the steady state, by kind."""
     busy = busy_intervals(trace.spans)
     t_end = trace.end_s
-    window = window_s or pick_window(t_end)
-    count = max(1, math.ceil(t_end / window))
-    starts = tuple(i * window for i in range(count))
+    t0 = min((s.start_s for s in trace.spans if s.kind not in NOT_COMPONENTS), default=0.0)
+    window = window_s or pick_window(t_end - t0)
+    count = max(1, math.ceil((t_end - t0) / window))
+    starts = tuple(t0 + i * window for i in range(count))
     s0, s1 = steady_window(trace)
     out: dict[str, Utilization] = {}
     for kind in component_kinds(trace):

@@ -6,6 +6,7 @@ import random
 
 from monarch.actor import Actor, endpoint
 
+from async_grpo import tracing
 from async_grpo.config import DataConfig
 from async_grpo.tasks import GENERATORS, Sample
 
@@ -15,6 +16,7 @@ class DatasetActor(Actor):
     shuffled order, reshuffled each epoch."""
 
     def __init__(self, cfg: DataConfig, samples: list[Sample] | None, seed: int) -> None:
+        tracing.start_from_env("dataset")
         self._cfg = cfg
         self._samples = list(samples) if samples else []
         self._rng = random.Random(seed)
@@ -22,6 +24,10 @@ class DatasetActor(Actor):
 
     @endpoint
     async def sample(self, count: int) -> list[Sample]:
+        with tracing.span("sample", count=count):
+            return self._sample(count)
+
+    def _sample(self, count: int) -> list[Sample]:
         if not self._samples:
             gen = GENERATORS[self._cfg.task]
             return [gen(self._rng, self._cfg.min_n, self._cfg.max_n) for _ in range(count)]

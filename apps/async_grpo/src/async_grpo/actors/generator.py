@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 from monarch.actor import Actor, endpoint
 
+from async_grpo import tracing
 from async_grpo.config import GeneratorConfig, ModelConfig, SamplingConfig
 from async_grpo.engines import make_engine
 from async_grpo.engines.hf import HFEngine
@@ -30,6 +31,7 @@ class Generator(Actor):
         generator: GeneratorConfig | None = None,
     ) -> None:
         torch.set_num_threads(1)  # many small processes share the cores
+        tracing.start_from_env("generator")
         gen = generator if generator is not None else GeneratorConfig()
         self._engine = make_engine(
             gen.engine,
@@ -44,12 +46,18 @@ class Generator(Actor):
     @endpoint
     async def generate(self, prompts: list[str]) -> list[list[Completion]]:
         """`sampling.group_size` completions per prompt, all from the current version."""
-        return self._engine.generate(prompts)
+        with tracing.span("generate", prompts=len(prompts), version=self._engine.version) as s:
+            groups = self._engine.generate(prompts)
+            s.set(tokens=sum(len(c.response_ids) for g in groups for c in g))
+        return groups
 
     @endpoint
     async def update_weights(self, update: WeightUpdate) -> WeightSync:
         """Pulls `update` (or a newer staged version), all or nothing."""
-        return await self._engine.load_weights(update)
+        with tracing.span("update_weights", version=update.version, bytes=update.nbytes) as s:
+            synced = await self._engine.load_weights(update)
+            s.set(got=synced.version)
+        return synced
 
     @endpoint
     async def version(self) -> int:

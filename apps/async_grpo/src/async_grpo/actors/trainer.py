@@ -18,6 +18,7 @@ from monarch.actor import Actor, endpoint
 from replay_buffer import Episode
 from torch import Tensor
 
+from async_grpo import tracing
 from async_grpo.config import SamplingConfig, TrainerConfig
 from async_grpo.grpo import LossStats
 from async_grpo.model import load_policy, load_tokenizer
@@ -73,6 +74,7 @@ class Trainer(Actor):
             rank, world = 0, 1
             if torch.cuda.is_available():
                 model.cuda()  # type: ignore[call-arg]
+        tracing.start_from_env("trainer", index=rank)
         tokenizer = load_tokenizer(model_path)
         self._core = TrainerCore(
             model,
@@ -95,9 +97,11 @@ class Trainer(Actor):
     async def train_step(self, episodes: list[Episode], ref_logprobs: Tensor | None) -> TrainResult:
         """One step on this rank's share of the batch, then the new version staged."""
         start = time.perf_counter()
-        step = self._core.step(episodes, ref_logprobs)
+        with tracing.span("train_step", version=self._core.version + 1, episodes=len(episodes)):
+            step = self._core.step(episodes, ref_logprobs)
         trained = time.perf_counter()
-        weights = self._publisher.publish(self._core.version)
+        with tracing.span("publish", version=self._core.version):
+            weights = self._publisher.publish(self._core.version)
         return TrainResult(
             version=self._core.version,
             weights=weights,
