@@ -38,8 +38,9 @@ else:
     pytest.importorskip("vllm", reason="needs vLLM: uv sync --extra vllm")
 
 SAMPLING = SamplingConfig(group_size=4, max_new_tokens=6, temperature=0.7, top_p=0.9)
-# Longer than a KV-cache block, so the prefix cache holds them between calls.
-LONG = "count to 6 : " + "1 2 3 4 5 6 " * 4 + ":"
+# Longer than a KV-cache block (32 tokens here), so the prefix cache keeps its first block
+# between calls: a stale one after a weight update would change its log-probs.
+LONG = "count to 6 : " + "1 2 3 4 5 6 " * 6 + ":"
 PROMPTS = ["count to 1 :", "count to 3 : 1 2", LONG]
 UNKNOWN_ARCH = "CountingMachineForCausalLM"
 
@@ -103,7 +104,7 @@ def _tolerate_deliberate_kills() -> Iterator[None]:
 
 
 def vllm_config(kv_cache_gib: float = 0.0625) -> GeneratorConfig:
-    return GeneratorConfig(replicas=1, engine="vllm", kv_cache_gib=kv_cache_gib)
+    return GeneratorConfig(replicas=1, engine="vllm", kv_cache_gib=kv_cache_gib, kv_block_tokens=32)
 
 
 @pytest.fixture(scope="module")

@@ -98,6 +98,8 @@ class GeneratorConfig:
     """vllm: memory each replica reserves for its KV cache, GiB (RAM on CPU, GPU memory)."""
     tensor_parallel: int = 1
     """vllm: GPUs each replica's model is split over (1 on a CPU)."""
+    kv_block_tokens: int = 0
+    """vllm: tokens per KV-cache block (0: vLLM's choice); the prefix cache reuses whole blocks."""
 
 
 @dataclasses.dataclass
@@ -336,6 +338,7 @@ def validate(cfg: RunConfig) -> None:
         ("generator.prompts_per_call", cfg.generator.prompts_per_call >= 1, ">= 1"),
         ("generator.kv_cache_gib", 0 < cfg.generator.kv_cache_gib < float("inf"), "> 0"),
         ("generator.tensor_parallel", cfg.generator.tensor_parallel >= 1, ">= 1"),
+        ("generator.kv_block_tokens", cfg.generator.kv_block_tokens >= 0, ">= 0 (0: vLLM's)"),
         ("reward.replicas", cfg.reward.replicas >= 1, ">= 1"),
         ("trainer.lr", 0 < t.lr < float("inf"), "> 0 and finite"),
         ("trainer.adam_beta2", 0 < t.adam_beta2 < 1, "in (0, 1)"),

@@ -41,6 +41,7 @@ class Generator(Actor):
             seed,
             kv_cache_gib=gen.kv_cache_gib,
             tensor_parallel=gen.tensor_parallel,
+            kv_block_tokens=gen.kv_block_tokens,
         )
 
     @endpoint

@@ -55,6 +55,7 @@ def make_engine(
     *,
     kv_cache_gib: float = 1.0,
     tensor_parallel: int = 1,
+    kv_block_tokens: int = 0,
 ) -> Engine:
     """Starts engine `name` on the checkpoint in `model_path` (in this process)."""
     if name == "hf":
@@ -72,6 +73,7 @@ def make_engine(
             seed,
             kv_cache_gib=kv_cache_gib,
             tensor_parallel=tensor_parallel,
+            kv_block_tokens=kv_block_tokens,
         )
     raise ValueError(f"unknown generation engine {name!r}; known: {', '.join(ENGINES)}")
 

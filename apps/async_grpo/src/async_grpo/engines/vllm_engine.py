@@ -77,7 +77,8 @@ class VLLMEngine:
     """A vLLM engine on the checkpoint in `model_path`, sampling as `sampling` says.
 
     kv_cache_gib: memory reserved for the KV cache, in GiB (CPU RAM on a CPU, GPU memory on
-        a GPU). tensor_parallel: GPUs the model is split over (1 on a CPU).
+        a GPU). tensor_parallel: GPUs the model is split over (1 on a CPU). kv_block_tokens:
+        tokens per KV-cache block (0: vLLM's choice, 128 on a CPU).
     Raises `EngineError` naming the problem when vLLM is missing or cannot load the model.
     """
 
@@ -90,6 +91,7 @@ class VLLMEngine:
         *,
         kv_cache_gib: float,
         tensor_parallel: int = 1,
+        kv_block_tokens: int = 0,
     ) -> None:
         if not installed():
             raise EngineError(f"generator.engine vllm: vLLM is not installed; {INSTALL_HINT}")
@@ -127,6 +129,7 @@ class VLLMEngine:
                 # torch.compile on a CPU costs minutes of start-up for little gain here.
                 enforce_eager=on_cpu,
                 enable_prefix_caching=True,
+                block_size=kv_block_tokens or None,
                 # Replicas get the same arguments; the pid keeps their samples independent.
                 seed=(seed * 1_000_003 + os.getpid()) % 2**31,
             )
