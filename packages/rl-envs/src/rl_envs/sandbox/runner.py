@@ -203,13 +203,16 @@ async def _supervise(
             pass  # the program exited (or stopped reading) before taking all its input
 
     async def collect(reader: asyncio.StreamReader, into: _Stream) -> None:
+        # Reads to EOF even past the cap (dropping the rest), so that the pipe and its
+        # transport close with the process.
         while chunk := await reader.read(_READ_CHUNK):
             room = limits.output_bytes - len(into.data)
             if len(chunk) > room:
-                into.data += chunk[:room]
-                into.truncated = True
-                kill("output_limit")
-                return
+                into.data += chunk[: max(room, 0)]
+                if not into.truncated:
+                    into.truncated = True
+                    kill("output_limit")
+                continue
             into.data += chunk
 
     work = asyncio.gather(

@@ -1,0 +1,78 @@
+"""'Follow the pattern': the environment states rules "when I say X, you say Y", then says
+cue words; the policy answers each with its rule's word."""
+
+from __future__ import annotations
+
+import random
+from typing import ClassVar
+
+from rl_envs.environment import GeneratedEnvironment
+from rl_envs.envs._words import WORDS
+from rl_envs.types import Action, Info, Observation, StepResult, Task
+
+Rules = tuple[tuple[str, str], ...]
+"""(cue, answer) pairs, in the order they are stated."""
+
+
+class FollowThePattern(GeneratedEnvironment[tuple[Rules, tuple[str, ...]]]):
+    """A multi-turn rule-following game.
+
+    The first observation states every rule ("When I say apple, you say river.") and, on
+    its own line, the first cue; each later observation is the next cue alone. The answer
+    is right when it is the cue's word (surrounding whitespace ignored). Each right answer
+    earns `1 / cues`, so an episode's rewards add up to the fraction answered right, in
+    [0, 1]. The last step's observation is empty.
+
+    Level `L` (0 to 4) states `L + 2` rules over distinct words, then asks every cue once
+    in shuffled order and one of them again (`L + 3` cues).
+    """
+
+    name = "pattern"
+    max_level: ClassVar[int] = 4
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._rules: dict[str, str] = {}
+        self._cues: tuple[str, ...] = ()
+        self._turn = 0
+        self._correct = 0
+
+    @classmethod
+    def generate(cls, rng: random.Random, level: int) -> tuple[Rules, tuple[str, ...]]:
+        n = level + 2
+        words = rng.sample(WORDS, 2 * n)
+        rules = tuple(zip(words[:n], words[n:], strict=True))
+        cues = [cue for cue, _ in rules]
+        rng.shuffle(cues)
+        cues.append(rng.choice(cues))
+        return rules, tuple(cues)
+
+    @classmethod
+    def statement(cls, rules: Rules) -> str:
+        return " ".join(f"When I say {cue}, you say {answer}." for cue, answer in rules)
+
+    @classmethod
+    def corpus(cls) -> list[str]:
+        """Every text this environment can say, and every right answer."""
+        return [cls.statement(tuple(zip(WORDS[::2], WORDS[1::2], strict=True))), *WORDS]
+
+    async def _reset(self, task: Task) -> Observation:
+        rules, self._cues = self.content(task)
+        self._rules, self._turn, self._correct = dict(rules), 0, 0
+        return Observation(f"{self.statement(rules)}\n{self._cues[0]}")
+
+    async def _step(self, action: Action) -> StepResult:
+        expected = self._rules[self._cues[self._turn]]
+        right = action.text.strip() == expected
+        self._turn += 1
+        self._correct += right
+        done = self._turn == len(self._cues)
+        text = "" if done else self._cues[self._turn]
+        return StepResult(
+            Observation(text, {"right": right, "expected": expected}),
+            reward=right / len(self._cues),
+            done=done,
+        )
+
+    async def _info(self) -> Info:
+        return {"right": self._correct, "cues": len(self._cues)}

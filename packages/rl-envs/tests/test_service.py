@@ -1,0 +1,145 @@
+"""Environments served by real Monarch replicas: whole episodes in sticky sessions, and a
+replica that dies mid-episode failing only that episode, cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import Sequence
+
+import pytest
+from actor_service import ReplicaStartError, ServiceConfig
+from env_actors import Crashy
+from monarch.actor import ActorError
+from policies import Oracle, Payload
+from rl_envs import (
+    Action,
+    ActionTypeError,
+    EnvironmentService,
+    EpisodeDoneError,
+    FollowThePattern,
+    Policy,
+    PolicyTurn,
+    Segment,
+    Task,
+    UnknownEnvironmentError,
+    run_episode,
+    spawn_environment,
+)
+
+pytestmark = pytest.mark.timeout(240)
+
+
+async def test_concurrent_episodes_on_two_replicas() -> None:
+    config = ServiceConfig(replicas=2, name="repeat")
+    async with await spawn_environment("repeat", config) as env:
+        tasks = [Task("repeat", seed=s, level=s % 3) for s in range(12)]
+        records = await asyncio.gather(*(run_episode(Oracle(), env, t) for t in tasks))
+        assert all(r.ok and r.done for r in records)
+        assert [r.reward for r in records] == pytest.approx([1.0] * 12)
+        assert [r.task for r in records] == tasks
+        status = env.status()
+        assert all(rep.completed > 0 for rep in status.replicas)  # both served
+        counts = await env.service.endpoint("open_episodes").fanout()
+        assert counts == [0, 0]  # every episode was closed
+
+
+async def test_unknown_environment_fails_before_spawning() -> None:
+    with pytest.raises(UnknownEnvironmentError, match="unknown environment 'chess'"):
+        await spawn_environment("chess")
+
+
+async def test_bad_calls_come_back_named_and_change_nothing() -> None:
+    async with await spawn_environment("pattern") as env, env.episode() as ep:
+        await ep.reset(Task("pattern", seed=2))
+        with pytest.raises(ActorError) as wrong_type:
+            await ep.step("answer")  # type: ignore[arg-type]
+        assert isinstance(wrong_type.value.exception, ActionTypeError)
+        assert (await ep.state()).turns == 0
+        rules, cues = FollowThePattern.content(Task("pattern", seed=2))
+        for cue in cues:
+            await ep.step(Action(dict(rules)[cue]))
+        finished = await ep.state()
+        assert finished.done
+        assert finished.total_reward == pytest.approx(1.0)
+        with pytest.raises(ActorError) as after_done:
+            await ep.step(Action("again"))
+        assert isinstance(after_done.value.exception, EpisodeDoneError)
+        assert await ep.state() == finished
+
+
+class KillBetweenSteps:
+    """Answers turn 0, then SIGKILLs the replica serving the episode (its pid is in the
+    observation) and waits until the service has noticed, before answering turn 1."""
+
+    def __init__(self, env: EnvironmentService) -> None:
+        self.env = env
+        self.killed: int | None = None
+
+    async def __call__(self, conversation: Sequence[Segment[Payload]]) -> PolicyTurn[Payload]:
+        if len(conversation) == 3 and self.killed is None:
+            self.killed = int(conversation[-1].text.split()[1])
+            os.kill(self.killed, signal.SIGKILL)
+            for _ in range(200):  # Monarch notices within its 1 s supervision poll
+                if sum(r.deaths for r in self.env.status().replicas) > 0:
+                    break
+                await asyncio.sleep(0.05)
+        return PolicyTurn("ok", ())
+
+
+async def test_replica_killed_between_steps_fails_that_episode_only() -> None:
+    config = ServiceConfig(replicas=2, name="crashy", restart_backoff_s=0.1)
+    async with await spawn_environment(Crashy, config) as env:
+        killer = KillBetweenSteps(env)
+        doomed = run_episode(killer, env, Task("crashy", seed=0))
+        record = await doomed
+        assert killer.killed is not None
+        assert not record.ok
+        assert record.error is not None
+        assert record.error.kind == "replica_died"
+        assert record.error.turns == 1
+        assert record.segments == ()  # nothing of it can be trained on
+        assert record.reward == 0.0
+        # The service carries on: new episodes complete.
+        again = await run_episode(AlwaysOk(), env, Task("crashy", seed=1))
+        assert again.ok
+        assert again.reward == pytest.approx(1.0)
+
+
+class AlwaysOk:
+    async def __call__(self, conversation: Sequence[Segment[Payload]]) -> PolicyTurn[Payload]:
+        return PolicyTurn("ok", ())
+
+
+async def test_replica_dying_mid_step_and_environment_errors() -> None:
+    config = ServiceConfig(replicas=1, name="crashy", restart_backoff_s=0.1)
+    async with await spawn_environment(Crashy, config) as env:
+
+        def saying(*answers: str) -> Policy[Payload]:
+            it = iter(answers)
+
+            async def policy(conversation: Sequence[Segment[Payload]]) -> PolicyTurn[Payload]:
+                return PolicyTurn(next(it), ())
+
+            return policy
+
+        crashed = await run_episode(saying("ok", "crash"), env, Task("crashy", seed=0))
+        assert crashed.error is not None
+        assert crashed.error.kind == "replica_died"
+        assert crashed.error.turns == 1
+        assert "ReplicaDiedError" in crashed.error.message
+
+        failing = await run_episode(saying("raise"), env, Task("crashy", seed=0))
+        assert failing.error is not None
+        assert failing.error.kind == "environment_error"
+        assert "RuntimeError: the environment's own bug" in failing.error.message
+
+        fine = await run_episode(saying("a", "b", "c"), env, Task("crashy", seed=0))
+        assert fine.ok
+        assert fine.done
+
+
+async def test_a_factory_that_cannot_build_fails_the_start() -> None:
+    with pytest.raises(ReplicaStartError, match="Calculator attempts must be an int >= 1"):
+        await spawn_environment("calculator", attempts=0)
