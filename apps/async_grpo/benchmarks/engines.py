@@ -14,6 +14,9 @@ random weights in bfloat16) and each engine (`hf`, `vllm`), in a fresh process e
 - reload_s: vllm only, the part of `update_s` spent in vLLM's `reload_weights` (the rest is
   the pull: the staging memory is mapped, not copied, on the trainer's machine).
 
+It also prints how far each engine's recorded behavior log-probs are from the trainer's
+float32 recomputation at equal weights, with the engine in float32 and in bfloat16.
+
 Every process uses `--threads` torch threads (default: all cores).
 
     uv sync --extra vllm
@@ -100,6 +103,36 @@ def measure(engine_name: str, arch: str, args: argparse.Namespace) -> dict[str, 
     }
 
 
+def logprob_gap(engine_name: str, dtype: Literal["float32", "bfloat16"]) -> float:
+    """Max |behavior log-prob - the trainer's float32 recomputation| over every sampled token
+    of 64 samples from the tiny model at equal weights (temperature 0.7, top-p 0.9)."""
+    import itertools  # noqa: PLC0415
+
+    from async_grpo.batching import pack, sequence_logprobs  # noqa: PLC0415
+    from async_grpo.config import ModelConfig, SamplingConfig  # noqa: PLC0415
+    from async_grpo.engines import make_engine  # noqa: PLC0415
+    from async_grpo.model import load_policy, load_tokenizer, write_random_checkpoint  # noqa: PLC0415
+    from async_grpo.presets import ARCHS  # noqa: PLC0415
+    from async_grpo.rollout import to_episodes  # noqa: PLC0415
+    from async_grpo.tasks import corpus_for  # noqa: PLC0415
+
+    sampling = SamplingConfig(group_size=8, max_new_tokens=8, temperature=0.7, top_p=0.9)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = write_random_checkpoint(Path(tmp), ARCHS["tiny"], corpus_for("count", 1, 6), seed=0)
+        engine = make_engine(
+            engine_name, str(path), ModelConfig(dtype=dtype), sampling, 0, kv_cache_gib=0.25
+        )
+        groups = engine.generate([f"count to {1 + i % 6} :" for i in range(8)])
+        engine.close()
+        trainer = load_policy(str(path))
+        vocab = len(load_tokenizer(str(path)))
+    batch = pack(to_episodes(groups, [0.0] * 64, itertools.count()), pad_id=0)
+    with torch.no_grad():
+        lp = sequence_logprobs(trainer, batch, sampling.temperature, sampling.top_p, vocab)
+    mask = batch.response_mask.bool()
+    return float((lp - batch.behavior_logprobs)[mask].abs().max())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--prompts", type=int, default=8)
@@ -110,9 +143,13 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="the tiny model only")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--one", nargs=2, metavar=("ENGINE", "MODEL"), help=argparse.SUPPRESS)
+    parser.add_argument("--gap", nargs=2, metavar=("ENGINE", "DTYPE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
         print(json.dumps(measure(args.one[0], args.one[1], args)))
+        return
+    if args.gap:
+        print(json.dumps(logprob_gap(args.gap[0], args.gap[1])))
         return
     from async_grpo.engines.vllm_engine import installed  # noqa: PLC0415
 
@@ -141,6 +178,14 @@ def main() -> None:
             f"{r['model']:13} {r['engine']:6} {r['tokens_per_s']:9.1f} {r['update_s']:9.3f} "
             f"{r['memcpy_s']:9.3f} {reload_s}"
         )
+    print("behavior log-probs vs the trainer's float32 recomputation, tiny model, max |diff|:")
+    for engine in engines:
+        gaps = []
+        for dtype in ("float32", "bfloat16"):
+            cmd = [sys.executable, __file__, "--gap", engine, dtype]
+            out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
+            gaps.append(f"{dtype} {float(out.stdout.strip().splitlines()[-1]):.2e}")
+        print(f"  {engine:6} " + ", ".join(gaps))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")
         print(f"wrote {args.json}")

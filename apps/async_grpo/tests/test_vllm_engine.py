@@ -265,9 +265,33 @@ async def test_an_architecture_vllm_cannot_load_fails_at_spawn(
 async def test_stopping_the_replica_stops_everything(
     replica: tuple[ProcMesh, Generator],
 ) -> None:
-    # Last in this module: it stops the module's replica.
+    # After every other test of the module's replica: it stops it.
     procs, _ = replica
     probe = procs.spawn("probe", Probe)
     pid, helpers = await probe.pids.call_one()
     await procs.stop()
     assert still_alive([pid, *helpers], within=30.0) == []
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+async def test_cuda_engine_samples_and_updates_with_tensor_parallel(checkpoint: Path) -> None:
+    # Never run yet (no GPU where this was written): the same path on CUDA, bf16, split over
+    # up to two GPUs when there are two.
+    tp = 2 if torch.cuda.device_count() >= 2 else 1
+    cfg = GeneratorConfig(replicas=1, engine="vllm", kv_cache_gib=0.5, tensor_parallel=tp)
+    procs = this_host().spawn_procs(per_host={"procs": 1})
+    try:
+        model = ModelConfig(dtype="bfloat16")
+        gen = procs.spawn("generator", Generator, str(checkpoint), model, SAMPLING, 0, cfg)
+        groups = await gen.generate.call_one(PROMPTS)
+        assert recomputed(checkpoint, None, groups).abs().max().item() <= 0.1
+        publisher = Publisher()
+        state = perturbed(checkpoint, 1)
+        assert (await gen.update_weights.call_one(publisher.publish(state, 1))).version == 1
+        groups = await gen.generate.call_one(PROMPTS)
+        assert {c.policy_version for g in groups for c in g} == {1}
+        assert recomputed(checkpoint, state, groups).abs().max().item() <= 0.1
+        publisher.close()
+    finally:
+        await procs.stop()
