@@ -6,6 +6,11 @@ the median of each setting and the ratio on/off. The goal is a ratio >= 0.98 (at
 slower); tracing is on by default only because it meets it. Rates are measured from the end
 of the first train step (start-up excluded), as the app reports them.
 
+On a shared machine the run-to-run spread of episodes/s can exceed 2%, so the script also
+gives a bound that noise does not blur: the cost of one span measured here (recording it,
+and later encoding and writing it) times the spans per second a traced run recorded, as a
+share of one core.
+
     uv run python apps/async_grpo/benchmarks/trace_overhead.py            # 3 pairs, 150 steps
     uv run python apps/async_grpo/benchmarks/trace_overhead.py --quick --json out.json
 
@@ -20,8 +25,10 @@ import json
 import os
 import statistics
 import tempfile
+import time
 from pathlib import Path
 
+from async_grpo import tracing
 from async_grpo.cli import Summary, run
 from async_grpo.config import apply_overrides
 from async_grpo.prepare import prepare
@@ -36,6 +43,36 @@ def bench(trace: bool, steps: int, seed: int, out: Path) -> Summary:
     return asyncio.run(run(cfg, prepare(cfg), quiet=True))
 
 
+def span_cost_us(n: int = 200_000) -> tuple[float, float]:
+    """Microseconds of CPU per span with tracing off and on (recording, encoding, writing)."""
+
+    def loop() -> float:
+        start = time.process_time()
+        for i in range(n):
+            with tracing.span("step", version=i):
+                pass
+        tracer = tracing.active()
+        if tracer is not None:
+            tracer.flush()
+        return (time.process_time() - start) / n * 1e6
+
+    tracing.stop()
+    off = loop()
+    with tempfile.TemporaryDirectory() as tmp:
+        tracing.start(Path(tmp), "bench")
+        on = loop()
+        tracing.stop()
+    return off, on
+
+
+def spans_per_s(trace_json: Path) -> float:
+    """Spans of every process per second of the run, from a merged trace."""
+    events = [e for e in json.loads(trace_json.read_text())["traceEvents"] if e["ph"] == "X"]
+    end = max(e["ts"] + e["dur"] for e in events)
+    start = min(e["ts"] for e in events)
+    return len(events) / max(1e-9, (float(end) - float(start)) / 1e6)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=150)
@@ -48,12 +85,15 @@ def main() -> None:
     print(f"tiny preset, {steps} train steps per run, {pairs} off/on pairs, {os.cpu_count()} CPUs")
     runs: list[dict[str, object]] = []
     rates: dict[bool, list[float]] = {False: [], True: []}
+    density: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(pairs):
             for trace in (False, True):
                 s = bench(trace, steps, args.seed, Path(tmp) / f"{i}-{trace}")
                 if trace and not (Path(tmp) / f"{i}-{trace}" / "trace.json").exists():
                     raise SystemExit("a traced run wrote no trace.json")
+                if trace:
+                    density.append(spans_per_s(Path(tmp) / f"{i}-{trace}" / "trace.json"))
                 rates[trace].append(s.episodes_per_s)
                 runs.append(
                     {"trace": trace, "episodes_per_s": s.episodes_per_s, "wall_s": s.wall_s}
@@ -65,8 +105,16 @@ def main() -> None:
     off, on = statistics.median(rates[False]), statistics.median(rates[True])
     ratio = on / max(off, 1e-9)
     print(f"median episodes/s: off {off:.1f}, on {on:.1f}; on/off {ratio:.3f} (goal >= 0.98)")
+    cost_off, cost_on = span_cost_us()
+    rate = statistics.median(density)
+    share = rate * (cost_on - cost_off) / 1e6
+    print(
+        f"one span: {cost_off:.2f} us off, {cost_on:.2f} us on; a traced run records "
+        f"{rate:.0f} spans/s over all its processes: {share:.3%} of one core"
+    )
     if args.json:
-        args.json.write_text(json.dumps({"runs": runs, "ratio": ratio}, indent=2) + "\n")
+        out = {"runs": runs, "ratio": ratio, "span_us": [cost_off, cost_on], "spans_per_s": rate}
+        args.json.write_text(json.dumps(out, indent=2) + "\n")
 
 
 if __name__ == "__main__":
