@@ -24,7 +24,6 @@ import torch
 from async_grpo.actors.generator import Generator
 from async_grpo.batching import pack, sequence_logprobs
 from async_grpo.config import GeneratorConfig, ModelConfig, SamplingConfig
-from async_grpo.engines import check_engine
 from async_grpo.model import load_policy, load_tokenizer, write_random_checkpoint
 from async_grpo.presets import TINY_ARCH
 from async_grpo.rollout import to_episodes
@@ -218,22 +217,6 @@ async def test_sigkill_leaves_no_process_behind(checkpoint: Path) -> None:
     # vLLM's engine runs inside the replica; what else runs below it (Python's
     # multiprocessing resource tracker) goes with it.
     assert still_alive([pid, *helpers], within=30.0) == []
-
-
-def test_controller_checks_name_the_problem(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert check_engine("hf", replicas=2, kv_cache_gib=1.0, on_gpu=False) is None
-    assert check_engine("vllm", replicas=1, kv_cache_gib=0.0625, on_gpu=False) is None
-    problem = check_engine("sglang", replicas=1, kv_cache_gib=1.0, on_gpu=False)
-    assert problem is not None
-    assert "unknown engine 'sglang'" in problem
-    problem = check_engine("vllm", replicas=4, kv_cache_gib=100_000.0, on_gpu=False)
-    assert problem is not None
-    assert "KV cache of 4 replica(s) x 100000 GiB" in problem
-    monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: None)
-    problem = check_engine("vllm", replicas=1, kv_cache_gib=1.0, on_gpu=False)
-    assert problem is not None
-    assert "vLLM is not installed" in problem
-    assert "uv sync --extra vllm" in problem
 
 
 def with_architecture(checkpoint: Path, dst: Path, architecture: str) -> Path:
