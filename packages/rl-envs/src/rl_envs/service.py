@@ -32,7 +32,8 @@ from actor_service import (
     spawn_service,
 )
 from actor_service.routers import supports_sessions
-from monarch.actor import Actor, endpoint
+from monarch.actor import Actor
+from monarch.actor.concurrent import concurrent_endpoint
 
 from rl_envs.environment import Environment
 from rl_envs.errors import EnvError, EpisodeLostError
@@ -47,7 +48,9 @@ that never closes its episodes fails loudly instead of growing without bound).""
 class EnvironmentActor(Actor):
     """One replica of an environment service: `factory(**kwargs)` builds the environment of
     each episode. The first instance is built in `__init__`, so a factory that cannot work
-    here (a missing sandbox, a bad argument) fails the replica's start."""
+    here (a missing sandbox, a bad argument) fails the replica's start. Endpoints are
+    concurrent: while one episode waits (a sandboxed program, an OpenEnv server), others
+    go on, up to `ServiceConfig.max_in_flight_per_replica` calls at once."""
 
     def __init__(self, factory: EnvFactory, kwargs: dict[str, Any]) -> None:
         self._factory = factory
@@ -74,12 +77,12 @@ class EnvironmentActor(Actor):
             )
         return env
 
-    @endpoint
+    @concurrent_endpoint
     async def name(self) -> str:
         """The environment's name (what `Task.env` must say)."""
         return self.env_name
 
-    @endpoint
+    @concurrent_endpoint
     async def reset(self, episode: str, task: Task) -> Observation:
         """Starts `task` as episode `episode` (restarts it if it exists)."""
         env = self._episodes.get(episode)
@@ -95,23 +98,23 @@ class EnvironmentActor(Actor):
         return observation
 
     @non_idempotent
-    @endpoint
+    @concurrent_endpoint
     async def step(self, episode: str, action: Action) -> StepResult:
         """One turn of episode `episode`."""
         return await self._get(episode).step(action)
 
-    @endpoint
+    @concurrent_endpoint
     async def state(self, episode: str) -> EnvState:
         return await self._get(episode).state()
 
-    @endpoint
+    @concurrent_endpoint
     async def close(self, episode: str) -> None:
         """Forgets episode `episode` (no error if it is not here)."""
         env = self._episodes.pop(episode, None)
         if env is not None:
             await env.close()
 
-    @endpoint
+    @concurrent_endpoint
     async def open_episodes(self) -> int:
         return len(self._episodes)
 
@@ -125,17 +128,22 @@ class RemoteEpisode:
         self.env_name = env_name
         self._session = session
 
+    # The actor's endpoints are concurrent ones, which Monarch leaves untyped: the results
+    # are annotated here.
     async def reset(self, task: Task) -> Observation:
-        return await self._session.endpoint(EnvironmentActor.reset).route(self.id, task)
+        observation: Observation = await self._session.endpoint("reset").route(self.id, task)
+        return observation
 
     async def step(self, action: Action) -> StepResult:
-        return await self._session.endpoint(EnvironmentActor.step).route(self.id, action)
+        result: StepResult = await self._session.endpoint("step").route(self.id, action)
+        return result
 
     async def state(self) -> EnvState:
-        return await self._session.endpoint(EnvironmentActor.state).route(self.id)
+        state: EnvState = await self._session.endpoint("state").route(self.id)
+        return state
 
     async def close(self) -> None:
-        await self._session.endpoint(EnvironmentActor.close).route(self.id)
+        await self._session.endpoint("close").route(self.id)
 
 
 class EnvironmentService:
@@ -217,7 +225,7 @@ async def spawn_environment(
         )
     service = await spawn_service(EnvironmentActor, config, factory, dict(kwargs))
     try:
-        name = await service.endpoint(EnvironmentActor.name).route()
+        name: str = await service.endpoint("name").route()
     except BaseException:
         await service.shutdown()
         raise
