@@ -35,8 +35,12 @@ MEMBERS = {
     "rdma-tensor": "packages/rdma-tensor",
     "actor-service": "packages/actor-service",
     "dtensor-reshard": "packages/dtensor-reshard",
+    "rl-envs": "packages/rl-envs",
     "async-grpo": "apps/async_grpo",
 }
+
+# Extras a member's own sessions install, so its optional features are checked too.
+MEMBER_EXTRAS: dict[str, tuple[str, ...]] = {"rl-envs": ("--extra", "openenv")}
 
 nox.options.sessions = [
     "lint",
@@ -82,14 +86,13 @@ def _env(session: nox.Session, name: str, *export_args: str) -> Path:
 
 def _member_env(session: nox.Session, package: str) -> Path:
     """The member's sources installed editable, with its pinned dependencies."""
-    return _env(session, package, "--package", package, "--no-dev")
+    return _env(session, package, "--package", package, "--no-dev", *MEMBER_EXTRAS.get(package, ()))
 
 
 def _wheel_env(session: nox.Session, package: str) -> Path:
     """The member and the siblings it declares installed from freshly built wheels."""
-    bin_dir = _env(
-        session, f"wheel-{package}", "--package", package, "--no-dev", "--no-emit-workspace"
-    )
+    export = ("--package", package, "--no-dev", "--no-emit-workspace")
+    bin_dir = _env(session, f"wheel-{package}", *export, *MEMBER_EXTRAS.get(package, ()))
     # Workspace members appear as editable lines in the member's export.
     dirs = [
         line.split("/")[-1]
@@ -111,8 +114,14 @@ def _wheel_env(session: nox.Session, package: str) -> Path:
     return bin_dir
 
 
-def _run(session: nox.Session, bin_dir: Path, tool: str, *args: str) -> None:
-    env = {"VIRTUAL_ENV": str(bin_dir.parent), "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+def _run(
+    session: nox.Session, bin_dir: Path, tool: str, *args: str, env: dict[str, str] | None = None
+) -> None:
+    env = {
+        **(env or {}),
+        "VIRTUAL_ENV": str(bin_dir.parent),
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+    }
     session.run(str(bin_dir / tool), *args, env=env, external=True)
 
 
@@ -139,8 +148,23 @@ def typecheck(session: nox.Session, package: str) -> None:
 @nox.parametrize("package", list(MEMBERS))
 def tests(session: nox.Session, package: str) -> None:
     """One member's tests against its built wheel, with only its declared dependencies."""
+    env = _bubblewrap(session) if package == "rl-envs" else {}
     bin_dir = _wheel_env(session, package)
-    _run(session, bin_dir, "pytest", f"{MEMBERS[package]}/tests", *session.posargs)
+    _run(session, bin_dir, "pytest", f"{MEMBERS[package]}/tests", *session.posargs, env=env)
+
+
+def _bubblewrap(session: nox.Session) -> dict[str, str]:
+    """rl-envs' sandbox runs programs in bubblewrap. Installs Debian's `bubblewrap` when it
+    is missing and this runs as root with apt-get; with it, the sandbox tests must pass for
+    real (RL_ENVS_REQUIRE_SANDBOX=1). Without it they skip, naming the package."""
+    if shutil.which("bwrap") is None:
+        if os.geteuid() != 0 or shutil.which("apt-get") is None:
+            session.warn("rl-envs sandbox tests skip: install the package `bubblewrap` (as root)")
+            return {}
+        apt = {"DEBIAN_FRONTEND": "noninteractive"}
+        session.run("apt-get", "update", "-qq", external=True, env=apt)
+        session.run("apt-get", "install", "-y", "-qq", "bubblewrap", external=True, env=apt)
+    return {"RL_ENVS_REQUIRE_SANDBOX": "1"}
 
 
 @nox.session
