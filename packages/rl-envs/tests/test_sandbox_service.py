@@ -99,3 +99,18 @@ def test_output_cap_kills_a_chatty_program(sandbox: Sandbox) -> None:
     assert result.stopped == "output_limit"
     assert result.stdout_truncated
     assert len(result.stdout) == 10_000
+
+
+def test_missing_bubblewrap_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rl_envs.sandbox import SandboxUnavailableError, _bwrap  # noqa: PLC0415
+
+    real_which = _bwrap.shutil.which
+    monkeypatch.setattr(_bwrap.shutil, "which", lambda n: None if n == "bwrap" else real_which(n))
+    _bwrap.find_runtime.cache_clear()
+    try:
+        with pytest.raises(
+            SandboxUnavailableError, match=r"install the distribution package `bubblewrap`"
+        ):
+            Sandbox()
+    finally:
+        _bwrap.find_runtime.cache_clear()
