@@ -10,7 +10,7 @@ from typing import ClassVar
 
 from rl_envs._checks import check_int
 from rl_envs.environment import GeneratedEnvironment
-from rl_envs.sandbox import ExecutionResult, Sandbox, SandboxLimits
+from rl_envs.sandbox import Sandbox, SandboxLimits
 from rl_envs.types import Action, Info, Observation, StepResult, Task
 
 Puzzle = tuple[tuple[int, ...], int]
@@ -68,7 +68,6 @@ class Calculator(GeneratedEnvironment[Puzzle]):
         self._numbers: tuple[int, ...] = ()
         self._target = 0
         self._tries = 0
-        self._last: ExecutionResult | None = None
 
     @classmethod
     def generate(cls, rng: random.Random, level: int) -> Puzzle:
@@ -95,7 +94,7 @@ class Calculator(GeneratedEnvironment[Puzzle]):
         return [cls.question((1, 2, 3), 7), "= 41, not 45", "0123456789 + - * ( )"]
 
     async def _reset(self, task: Task) -> Observation:
-        (self._numbers, self._target), self._tries, self._last = self.content(task), 0, None
+        (self._numbers, self._target), self._tries = self.content(task), 0
         return Observation(self.question(self._numbers, self._target))
 
     async def _step(self, action: Action) -> StepResult:
@@ -109,7 +108,6 @@ class Calculator(GeneratedEnvironment[Puzzle]):
         if len(answer) > MAX_ANSWER_CHARS:
             return False, f"too long: at most {MAX_ANSWER_CHARS} characters", {}
         result = await self.sandbox.arun(EVALUATE, stdin=answer.strip())
-        self._last = result
         info: Info = {"stopped": result.stopped, "exit_code": result.exit_code or 0}
         if not result.ok:
             lines = result.stderr.strip().splitlines() or [result.stopped]
