@@ -5,9 +5,21 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 
 import cloudpickle  # type: ignore[import-untyped]
-from rl_envs import Action, Environment, Observation, StepResult, Task
+from monarch.actor import Actor, endpoint
+from rl_envs import (
+    Action,
+    Environment,
+    EnvironmentService,
+    Observation,
+    PolicyTurn,
+    Segment,
+    StepResult,
+    Task,
+    run_episode,
+)
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -37,3 +49,15 @@ class Crashy(Environment):
         return StepResult(
             Observation(f"pid {os.getpid()}"), reward=1 / self.turns, done=self._turn == self.turns
         )
+
+
+class Player(Actor):
+    """Plays episodes from inside another actor, through an `EnvironmentService` handle."""
+
+    @endpoint
+    async def play(self, env: EnvironmentService, seed: int) -> tuple[bool, float]:
+        async def parrot(conversation: Sequence[Segment[None]]) -> PolicyTurn[None]:
+            return PolicyTurn(conversation[-1].text.split()[-1], None)
+
+        record = await run_episode(parrot, env, Task(env.name, seed=seed))
+        return record.ok, record.reward

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import pytest
 from actor_service import ReplicaStartError, ServiceConfig
-from env_actors import Crashy
+from env_actors import Crashy, Player
 from monarch.actor import ActorError
 from policies import Oracle, Payload
 from rl_envs import (
@@ -143,3 +143,15 @@ async def test_replica_dying_mid_step_and_environment_errors() -> None:
 async def test_a_factory_that_cannot_build_fails_the_start() -> None:
     with pytest.raises(ReplicaStartError, match="Calculator attempts must be an int >= 1"):
         await spawn_environment("calculator", attempts=0)
+
+
+async def test_episodes_from_another_actor_through_a_handle() -> None:
+    from monarch.actor import this_host  # noqa: PLC0415
+
+    async with await spawn_environment("repeat", ServiceConfig(replicas=2, name="repeat")) as env:
+        procs = this_host().spawn_procs(per_host={"procs": 1})
+        player = procs.spawn("player", Player)
+        results = [await player.play.call_one(env.handle(), seed) for seed in range(3)]
+        assert [ok for ok, _ in results] == [True] * 3
+        assert [reward for _, reward in results] == pytest.approx([1.0] * 3)
+        await procs.stop()
