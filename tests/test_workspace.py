@@ -32,7 +32,7 @@ def _imported_modules(path: Path) -> set[str]:
 
 
 def test_every_member_is_a_complete_distribution() -> None:
-    assert len(PACKAGES) == 4
+    assert len(PACKAGES) == 5
     for member in MEMBERS:
         module = str(_project(member)["name"]).replace("-", "_")
         assert (member / "src" / module / "py.typed").is_file(), member
