@@ -149,6 +149,7 @@ def write_run(
             wall_s=end,
             reward_window=final_reward * (k + 1) / s.steps,
             episodes_trained=(k + 1) * s.episodes_per_step,
+            episodes_generated=(k + 1) * s.episodes_per_step * (3 if max_policy_age == 0 else 1),
             episodes_per_s=eps,
             tokens_per_s=eps * 6,
             weight_sync_s=s.sync_s,

@@ -47,6 +47,7 @@ def test_sync_run_busy_shares_follow_the_schedule(tmp_path: Path) -> None:
     assert stats["trainer_busy"] == pytest.approx(SYNC_TRAIN, abs=1e-6)
     assert stats["max_policy_age"] == 0
     assert stats["steps"] == S.steps
+    assert stats["trained_share"] == pytest.approx(1 / 3)
     assert not run.cut_short
     assert run.trace is not None
     util = utilization(run.trace, window_s=S.gen_s + S.train_s + S.sync_s)

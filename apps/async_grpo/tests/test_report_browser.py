@@ -35,7 +35,14 @@ sys.path.insert(0, os.path.dirname(__file__))
 from synthetic_runs import write_sweep
 
 CHROMIUM = Path(os.environ.get("ASYNC_GRPO_CHROMIUM", "/usr/bin/chromium"))
-STATS = ("generator_busy", "trainer_busy", "episodes_per_s", "staleness_mean", "reward_final")
+STATS = (
+    "generator_busy",
+    "trainer_busy",
+    "episodes_per_s",
+    "trained_share",
+    "staleness_mean",
+    "reward_final",
+)
 
 
 def _missing(why: str) -> None:
@@ -182,6 +189,7 @@ def screenshot(report: Path, out: Path, position: int, width: int = 1200) -> Non
         bottom = page.locator("#fig-timeline").bounding_box()
         page.screenshot(
             path=str(out),
+            full_page=True,
             clip={"x": 0, "y": 0, "width": width, "height": bottom["y"] + bottom["height"]},
         )
         b.close()

@@ -128,14 +128,16 @@ def _configured_age(config: dict[str, Any] | None) -> int | None:
 
 def summarize(run: RunData) -> dict[str, float | None]:
     """The numbers the page shows for a run (None where the run has no data for one):
-    steady-state busy shares, trained episodes/s at the last step, mean staleness over the
-    steps, the final windowed reward and evaluation."""
+    steady-state busy shares, trained episodes/s at the last step, the share of generated
+    episodes that were trained on (the rest were dropped as too stale or left over), mean
+    staleness over the steps, the final windowed reward and evaluation."""
     rows, last = run.rows, (run.rows[-1] if run.rows else {})
     util = utilization(run.trace) if run.trace is not None else {}
     stale = [float(r["staleness_mean"]) for r in rows if r.get("staleness_mean") is not None]
     stats = {
         "max_policy_age": run.max_policy_age,
         "episodes_per_s": last.get("episodes_per_s"),
+        "trained_share": _ratio(last.get("episodes_trained"), last.get("episodes_generated")),
         "generator_busy": util["generator"].overall if "generator" in util else None,
         "trainer_busy": util["trainer"].overall if "trainer" in util else None,
         "staleness_mean": sum(stale) / len(stale) if stale else None,
@@ -144,6 +146,11 @@ def summarize(run: RunData) -> dict[str, float | None]:
         "steps": last.get("version"),
     }
     return {k: _finite(v) for k, v in stats.items()}
+
+
+def _ratio(num: object, den: object) -> float | None:
+    a, b = _finite(num), _finite(den)
+    return a / b if a is not None and b else None
 
 
 def _finite(value: object) -> float | None:
@@ -156,6 +163,7 @@ def _finite(value: object) -> float | None:
 FORMATS = {
     "max_policy_age": "{:.0f}",
     "episodes_per_s": "{:.1f}",
+    "trained_share": "{:.0%}",
     "generator_busy": "{:.0%}",
     "trainer_busy": "{:.0%}",
     "staleness_mean": "{:.2f}",

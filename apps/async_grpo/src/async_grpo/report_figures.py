@@ -171,8 +171,12 @@ def timeline_figure(trace: Trace, window: Interval, colours: dict[str, str]) -> 
     for s in trace.spans:  # every lane of the run, in trace order, even if idle here
         if _row(s) not in rows:
             rows.append(_row(s))
-    order = {p.name: i for i, p in enumerate(trace.processes)}
-    rows.sort(key=lambda r: order.get(r.split(" · ")[0], len(order)))
+    # The components first, the controller (which mostly waits on them) below.
+    order = {
+        p.name: i + (len(trace.processes) if p.kind == "controller" else 0)
+        for i, p in enumerate(trace.processes)
+    }
+    rows.sort(key=lambda r: order.get(r.split(" · ")[0], 2 * len(order)))
     fig = go.Figure()
     for name in sorted({s.name for s in spans}):
         for wait in (False, True):
@@ -220,7 +224,7 @@ def tradeoff_figure(
         cols=3,
         subplot_titles=(
             "trained episodes/s",
-            "busy share (steady state)",
+            "busy (steady state), episodes used",
             "staleness and final reward",
         ),
     )
@@ -240,17 +244,18 @@ def tradeoff_figure(
         1,
         1,
     )
-    for key, name, kind in (
-        ("generator_busy", "generator", "generator"),
-        ("trainer_busy", "trainer", "trainer"),
+    for key, name, colour in (
+        ("generator_busy", "generator busy", KIND_COLOURS["generator"]),
+        ("trainer_busy", "trainer busy", KIND_COLOURS["trainer"]),
+        ("trained_share", "generated episodes trained on", "#999"),
     ):
         fig.add_trace(
             go.Scatter(
                 x=x,
                 y=col(key),
-                name=f"{name} busy",
+                name=name,
                 mode="lines+markers",
-                line={"color": KIND_COLOURS[kind]},
+                line={"color": colour, "dash": "dash" if key == "trained_share" else "solid"},
             ),
             1,
             2,

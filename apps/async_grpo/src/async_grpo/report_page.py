@@ -48,6 +48,8 @@ PAGE = """<!DOCTYPE html>
     <div class="v" id="stat-max_policy_age"></div></div>
   <div class="card"><div class="k">trained episodes/s</div>
     <div class="v" id="stat-episodes_per_s"></div></div>
+  <div class="card"><div class="k">generated episodes trained on</div>
+    <div class="v" id="stat-trained_share"></div></div>
   <div class="card"><div class="k">generator busy</div>
     <div class="v" id="stat-generator_busy"></div></div>
   <div class="card"><div class="k">trainer busy</div>
