@@ -25,9 +25,9 @@ class TrainBatch:
     `attention_mask` [B, L] 1 on real tokens; `response_start` [B] index of each row's first
     response token; `response_mask` [B, T] (T = longest response) 1.0 on the response
     tokens the policy produced (`Episode.loss_mask`; all real response tokens without one),
-    0.0 on environment tokens and padding; `behavior_logprobs` [B, T] the generator's log-probs of those tokens (0 on
-    padding); `ref_logprobs` [B, T] the reference model's, or None when KL is off;
-    `advantages` [B].
+    0.0 on environment tokens and padding; `behavior_logprobs` [B, T] the generator's
+    log-probs of those tokens (0 on padding); `ref_logprobs` [B, T] the reference model's,
+    or None when KL is off; `advantages` [B].
     """
 
     input_ids: Tensor
