@@ -2,7 +2,7 @@
 waits traced.
 
 `replay_buffer.ReplayBufferActor` serves the same buffer; this one serves only what the
-run calls (`put`, `sample_wait`, `stats`) and records, when tracing is on, how long each
+run and its tests call (`put`, `sample_wait`, `sample`, `stats`) and records, when tracing is on, how long each
 producer waited for room, how long each put took, how long the trainer's request waited
 for a batch, and the number of episodes held (a counter track).
 """
@@ -66,6 +66,11 @@ class BufferActor(Actor):
             s.set(got=batch is not None)
         tracing.counter("buffer", episodes=len(self._buffer))
         return batch
+
+    @_endpoint
+    async def sample(self, curr_policy_version: int, batch_size: int) -> SampledBatch | None:
+        """A batch for the trainer at `curr_policy_version` now, or None (no wait)."""
+        return self._buffer.sample(curr_policy_version, batch_size)
 
     @_endpoint
     async def stats(self) -> BufferStats:
