@@ -91,6 +91,16 @@ STEPS = [
     ),
 ]
 
+# Chapters of capabilities built after the course: read after it, measured the same way,
+# not part of its three hours.
+FURTHER = [
+    Step(
+        "06 seeing the system, and the generation engine",
+        ["docs/06_seeing_the_system.md", "docs/engines.md"],
+        runs=2,  # `uv run async-grpo report RUN_DIR`, `uv run async-grpo sweep`
+    ),
+]
+
 
 @dataclass(frozen=True)
 class Count:
@@ -202,6 +212,11 @@ def main() -> None:
     runs = sum(c.runs for _, c in rows)
     minutes = total_minutes()
     print(f"{'total':<52} {words:>6} {code:>6} {runs:>5} {minutes:>8.0f}")
+    for step in FURTHER:
+        c = count_step(step)
+        print(
+            f"further: {step.name:<43} {c.words:>6} {c.code_lines:>6} {c.runs:>5} {c.minutes:>8.0f}"
+        )
     example_lines = sum(
         sum(1 for ln in (ROOT / p).read_text().splitlines() if ln.strip())
         for s in STEPS

@@ -65,7 +65,8 @@ def test_readme_table_quotes_each_steps_minutes() -> None:
 
 
 def test_every_chapter_and_example_is_in_the_measured_walkthrough() -> None:
-    steps = _pacing().STEPS
+    pacing = _pacing()
+    steps = [*pacing.STEPS, *pacing.FURTHER]
     measured = {p for step in steps for p in [*step.read, *step.examples]}
     chapters = {f"docs/{p.name}" for p in (ROOT / "docs").glob("[0-9][0-9]_*.md")}
     examples = {f"examples/{p.name}" for p in (ROOT / "examples").glob("[0-9][0-9]_*.py")}
