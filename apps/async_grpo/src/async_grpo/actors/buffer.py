@@ -2,9 +2,9 @@
 waits traced.
 
 `replay_buffer.ReplayBufferActor` serves the same buffer; this one serves only what the
-run and its tests call (`put`, `sample_wait`, `sample`, `stats`) and records, when tracing is on, how long each
-producer waited for room, how long each put took, how long the trainer's request waited
-for a batch, and the number of episodes held (a counter track).
+run and its tests call (`put`, `sample_wait`, `sample`, `stats`) and records, when tracing
+is on, how long each producer waited for room, how long each put took, how long the
+trainer's request waited for a batch, and the number of episodes held (a counter track).
 """
 
 from __future__ import annotations
