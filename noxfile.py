@@ -224,17 +224,16 @@ VLLM_TESTS = [
 
 @nox.session
 def vllm(session: nox.Session) -> None:
-    """The async-grpo vLLM engine (`--generator.engine vllm`) with vLLM's CPU build: the lock's
-    `vllm` extra synced into its own environment (`uv sync --extra vllm`), type-checked with
-    vLLM installed, then its tests. CI has no GPU, so this is where the engine runs."""
+    """The async-grpo vLLM engine's tests (`--generator.engine vllm`) with vLLM's CPU build, in
+    an environment synced from the lock's `vllm` extra (`uv sync --extra vllm`). CI has no
+    GPU, so this is where the engine runs. (The engine reaches vLLM through `importlib`, so
+    `typecheck(async-grpo)` checks it without vLLM installed.)"""
     env_dir = ENVS / "vllm"
     session.run(
         UV, "sync", "--frozen", "--quiet", "--extra", "vllm", "--python", sys.executable,
         env={"UV_PROJECT_ENVIRONMENT": str(env_dir)}, external=True,
     )  # fmt: skip
     bin_dir = env_dir / "bin"
-    app = MEMBERS["async-grpo"]
-    _run(session, bin_dir, "mypy", "--config-file", "pyproject.toml", f"{app}/src", *VLLM_TESTS)
     env = {
         "VIRTUAL_ENV": str(env_dir),
         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
