@@ -23,11 +23,16 @@ import pytest
 import torch
 from async_grpo.actors.generator import Generator
 from async_grpo.batching import pack, sequence_logprobs
-from async_grpo.config import GeneratorConfig, ModelConfig, SamplingConfig
+from async_grpo.components import shutdown, spawn_components
+from async_grpo.config import GeneratorConfig, ModelConfig, SamplingConfig, apply_overrides
+from async_grpo.loop import generate_episode, sync_weights
+from async_grpo.metrics import RunMetrics
 from async_grpo.model import load_policy, load_tokenizer, write_random_checkpoint
-from async_grpo.presets import TINY_ARCH
+from async_grpo.prepare import prepare
+from async_grpo.presets import TINY_ARCH, tiny
 from async_grpo.rollout import to_episodes
 from async_grpo.sampling import Completion
+from dtensor_reshard import ShardedManifest
 from monarch.actor import Actor, MeshFailure, ProcMesh, endpoint, this_host
 from rdma_tensor import Publisher
 
@@ -278,3 +283,49 @@ async def test_cuda_engine_samples_and_updates_with_tensor_parallel(checkpoint: 
         publisher.close()
     finally:
         await procs.stop()
+
+
+def test_sharded_trainer_weights_reach_the_vllm_engine(tmp_path: Path) -> None:
+    # A 2-rank FSDP trainer publishes through dtensor-reshard; the vLLM replica pulls the
+    # slices into CPU staging and reloads them. The next completions are stamped with the
+    # new version and their log-probs are the trainer's new weights'.
+    overrides = {
+        "trainer.procs": "2",
+        "generator.replicas": "1",
+        "generator.engine": "vllm",
+        "generator.kv_cache_gib": "0.0625",
+        "model.dtype": "float32",
+        "mode": "sync",
+        "out_dir": str(tmp_path),
+    }
+    cfg = apply_overrides(tiny(), overrides)
+    prep = prepare(cfg)
+
+    async def main() -> None:
+        c = await spawn_components(cfg, prep, print)
+        try:
+            ids = itertools.count()
+            batch = None
+            while batch is None:
+                await generate_episode(c, cfg, RunMetrics(cfg.window), ids)
+                batch = await c.buffer.sample.call_one(0, cfg.trainer.batch_size)
+            result = await c.trainer.train_step(list(batch.episodes), None)
+            assert isinstance(result.weights, ShardedManifest)
+            assert await sync_weights(c, result.weights) == 1
+            groups = await c.generator.endpoint(Generator.generate).route(PROMPTS[:2])
+            assert {x.policy_version for g in groups for x in g} == {1}
+            weights = await c.trainer.full_weights()
+            model = load_policy(prep.model_path)
+            model.load_state_dict(weights, strict=False)  # a tied head is one parameter
+            tok = load_tokenizer(prep.model_path)
+            episodes = to_episodes(groups, [0.0] * sum(map(len, groups)), itertools.count())
+            packed = pack(episodes, pad_id=tok.pad_token_id)
+            s = cfg.sampling
+            with torch.no_grad():
+                lp = sequence_logprobs(model, packed, s.temperature, s.top_p, len(tok))
+            diff = (lp - packed.behavior_logprobs)[packed.response_mask.bool()]
+            assert diff.abs().max().item() <= 1e-4, diff.abs().max().item()
+        finally:
+            await shutdown(c)
+
+    asyncio.run(main())

@@ -78,6 +78,14 @@ def _reload(worker: Any, weights: Mapping[str, Tensor]) -> None:
     """
     linear = importlib.import_module("vllm.model_executor.layers.linear").LinearBase
     model = worker.model_runner.get_model()
+    hf_config = worker.model_runner.model_config.hf_config
+    if getattr(hf_config, "tie_word_embeddings", False) and "lm_head.weight" not in weights:
+        # A sharded trainer publishes parameters, where a tied head is the embedding alone;
+        # vLLM's reload then leaves its head module on stale values (measured: log-probs
+        # 1.7e-3 off after one step; test_sharded_trainer_weights_reach_the_vllm_engine).
+        embedding = weights.get("model.embed_tokens.weight")
+        if embedding is not None:
+            weights = {**weights, "lm_head.weight": embedding}
     params = dict(model.named_parameters())
     layered: dict[str, Tensor] = {}
     with torch.no_grad():
