@@ -92,6 +92,8 @@ def test_one_reading_order(doc: str) -> None:
         "README.md",
         "examples/README.md",
         *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md")),
+        *sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("packages/*/README.md")),
+        *sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("apps/*/README.md")),
     ],
 )
 def test_docs_speak_to_users(doc: str) -> None:

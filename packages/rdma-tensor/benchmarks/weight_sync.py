@@ -27,7 +27,7 @@ every method once, in turn, so load drift on a shared machine hits all methods a
 four transfer methods are timed from the controller (so they include the actor messages
 that trigger them). The trainer's stall is how long `publish` blocked it, next to one `copy_`
 of its state dict in the same process just before. Every round's result is checked bit for
-bit. The goals of issue 3 are printed with each size, as ratios of this run, met or not.
+bit. Each size prints the package's speed goals as ratios of this run, met or not.
 
 Run:
     uv run python packages/rdma-tensor/benchmarks/weight_sync.py --quick
@@ -175,7 +175,7 @@ def report(label: str, total: int, rows: list[dict[str, object]], extra: dict[st
     ratio = gbps["rdma_tensor"] / gbps["memcpy"]
     speedup = {m: secs[m] / ours for m in METHODS[1:4]}
     stall_ratio = stall / extra["trainer_copy_s"]
-    print("  goals (issue 3 states them for 256 MB), ratios within this run:")
+    print("  goals (stated for 256 MB), ratios within this run:")
     print(
         f"    end-to-end bandwidth / memcpy's: {ratio:.2f} (goal >= {GOAL_BANDWIDTH}): "
         + _verdict(ratio >= GOAL_BANDWIDTH)
