@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from actor_service import ReplicaEvent, Service, ServiceConfig, spawn_service
 from monarch.actor import ProcMesh, this_host
-from replay_buffer import Episode, ReplayBufferConfig
+from replay_buffer import Episode, ReplayBufferActor, ReplayBufferConfig
 from torch import Tensor
 
 from async_grpo.actors.buffer import BufferActor
@@ -75,7 +75,7 @@ class Components:
     generator: Service[Generator]
     reward: Service[RewardActor]
     reference: ReferenceModel | None
-    buffer: BufferActor
+    buffer: ReplayBufferActor  # the app's `BufferActor`: the same endpoints, traced
     trainer: TrainerMesh
     procs: list[ProcMesh]
 
