@@ -3,7 +3,8 @@
 Async and sync are one code path. Rollout loops generate episodes until the run ends; the
 training loop samples batches no older than `max_policy_age` versions, trains, and hands
 the new weights to a background sync. Before each episode a rollout loop waits until the
-generators' weights are at most `max_policy_age` versions behind the trainer, so with
+generators' weights are at most `max_policy_age` versions behind the version the trainer is
+producing (counted from the moment its step starts), so with
 `max_policy_age=0` (`--mode sync`) generation pauses while the trainer steps and the weights
 move: collect, train, sync, repeat.
 """
@@ -34,8 +35,8 @@ from async_grpo.weight_sync import WeightSync, WeightUpdate
 
 
 class Versions:
-    """The trainer's version and the oldest version a generator replica runs, with a
-    condition the rollout loops wait on."""
+    """The version the trainer is producing (or last produced) and the oldest version a
+    generator replica runs, with a condition the rollout loops wait on."""
 
     def __init__(self) -> None:
         self.trainer = 0
@@ -183,8 +184,11 @@ async def training_loop(
             continue
         episodes = list(batch.episodes)
         # The next step's batch is gathered while this one trains: it may only hold episodes
-        # fresh enough for the weights this step produces (version + 1).
+        # fresh enough for the weights this step produces (version + 1). Rollouts count that
+        # version from now on, so none generates what the next batch could not take (with
+        # max_policy_age 0, nothing runs on the outgoing weights during the step).
         next_batch = _request_batch(c, cfg, version + 1)
+        await versions.set(trainer=version + 1)
         # Reference log-probs for the KL term, when it is on.
         if c.reference:
             with tracing.span("reference", track="train"):
@@ -195,9 +199,8 @@ async def training_loop(
         with tracing.span("train_step", track="train", version=version + 1):
             result = await c.trainer.train_step(episodes, ref)
         version = result.version
-        # New weights go to the generators in the background; rollouts may proceed.
+        # New weights go to the generators in the background; rollouts resume as they land.
         weights.offer(result.update)
-        await versions.set(trainer=version)
         # Now and then an evaluation of the policy, in the background; the step's record.
         if cfg.eval_every and version % cfg.eval_every == 0:
             evaluator.request(version)
