@@ -3,8 +3,7 @@
 Async and sync are one code path. Rollout loops generate episodes until the run ends; the
 training loop samples batches no older than `max_policy_age` versions, trains, and hands
 the new weights to a background sync. Before each episode a rollout loop waits until the
-generators' weights are at most `max_policy_age` versions behind the version the trainer is
-producing (counted from the moment its step starts), so with
+generators' weights are at most `max_policy_age` versions behind the trainer, so with
 `max_policy_age=0` (`--mode sync`) generation pauses while the trainer steps and the weights
 move: collect, train, sync, repeat.
 """
@@ -35,8 +34,8 @@ from async_grpo.weight_sync import WeightSync, WeightUpdate
 
 
 class Versions:
-    """The version the trainer is producing (or last produced) and the oldest version a
-    generator replica runs, with a condition the rollout loops wait on."""
+    """The trainer's version (in sync mode, the one its running step produces) and the
+    oldest version a generator replica runs, with a condition the rollout loops wait on."""
 
     def __init__(self) -> None:
         self.trainer = 0
@@ -184,11 +183,14 @@ async def training_loop(
             continue
         episodes = list(batch.episodes)
         # The next step's batch is gathered while this one trains: it may only hold episodes
-        # fresh enough for the weights this step produces (version + 1). Rollouts count that
-        # version from now on, so none generates what the next batch could not take (with
-        # max_policy_age 0, nothing runs on the outgoing weights during the step).
+        # fresh enough for the weights this step produces (version + 1).
         next_batch = _request_batch(c, cfg, version + 1)
-        await versions.set(trainer=version + 1)
+        if cfg.effective_max_policy_age == 0:
+            # Sync: nothing generated on the outgoing weights could be trained on, so
+            # rollouts wait from now, not from the step's end. (With a staleness bound the
+            # generators' version as the controller sees it lags the replicas' by a sync in
+            # flight; waiting on it would idle them: 1142 -> 939 trained episodes/s.)
+            await versions.set(trainer=version + 1)
         # Reference log-probs for the KL term, when it is on.
         if c.reference:
             with tracing.span("reference", track="train"):
@@ -199,8 +201,9 @@ async def training_loop(
         with tracing.span("train_step", track="train", version=version + 1):
             result = await c.trainer.train_step(episodes, ref)
         version = result.version
-        # New weights go to the generators in the background; rollouts resume as they land.
+        # New weights go to the generators in the background; rollouts may proceed.
         weights.offer(result.update)
+        await versions.set(trainer=version)
         # Now and then an evaluation of the policy, in the background; the step's record.
         if cfg.eval_every and version % cfg.eval_every == 0:
             evaluator.request(version)
