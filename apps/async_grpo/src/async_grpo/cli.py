@@ -162,10 +162,9 @@ class Reporter:
             self.shown_eval = ev.version
             w(f"    eval per prompt: {per_prompt(ev.per_prompt)}")
         for shown in self.metrics.examples(3):
-            c = shown.completion
             w(
-                f"    {c.prompt!r} -> {c.text!r}  reward {shown.reward:.2f} "
-                f"(generator v{c.policy_version}, {row.version - c.policy_version} behind)"
+                f"    {shown.prompt!r} -> {shown.response!r}  reward {shown.reward:.2f} "
+                f"(generator v{shown.policy_version}, {row.version - shown.policy_version} behind)"
             )
 
     def summary(self, wall_s: float) -> Summary:

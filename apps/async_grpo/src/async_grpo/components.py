@@ -2,7 +2,8 @@
 
 Each component runs in its own process (a service: one process per replica): the dataset,
 the replay buffer, the trainer (one process or a sharded mesh), the reference model when
-the KL term is on, and the generator and reward services.
+the KL term is on, the generator and reward services, and with `--env.tasks` one service
+per environment (`rl_envs`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Callable
 from actor_service import ReplicaEvent, Service, ServiceConfig, spawn_service
 from monarch.actor import ProcMesh, this_host
 from replay_buffer import Episode, ReplayBufferActor, ReplayBufferConfig
+from rl_envs import EnvironmentService, spawn_environment
 from torch import Tensor
 
 from async_grpo.actors.buffer import BufferActor
@@ -24,6 +26,7 @@ from async_grpo.actors.reference import ReferenceModel
 from async_grpo.actors.reward import RewardActor
 from async_grpo.actors.trainer import Trainer, TrainResult
 from async_grpo.config import RunConfig
+from async_grpo.environments import parse_env_weights
 from async_grpo.prepare import Prepared
 from async_grpo.training import add_stats
 from async_grpo.weight_sync import WeightUpdate, merge
@@ -78,6 +81,8 @@ class Components:
     buffer: ReplayBufferActor  # the app's `BufferActor`: the same endpoints, traced
     trainer: TrainerMesh
     procs: list[ProcMesh]
+    envs: dict[str, EnvironmentService] = dataclasses.field(default_factory=dict)
+    """One service per environment of `--env.tasks`, by name (empty without)."""
 
 
 async def spawn_trainer(cfg: RunConfig, model_path: str, procs: list[ProcMesh]) -> TrainerMesh:
@@ -157,12 +162,50 @@ async def spawn_components(
         raise
     for svc in (generator, reward):
         svc.add_listener(on_replica_event)
-    return Components(dataset, generator, reward, reference, buffer, trainer, procs)
+    c = Components(dataset, generator, reward, reference, buffer, trainer, procs)
+    try:
+        c.envs = await spawn_envs(cfg, on_replica_event)
+    except BaseException:
+        await shutdown(c)
+        raise
+    return c
+
+
+async def spawn_envs(
+    cfg: RunConfig, on_replica_event: Callable[[ReplicaEvent], None]
+) -> dict[str, EnvironmentService]:
+    """One service per environment of `--env.tasks` (none without). Its replicas hold many
+    episodes each and answer them concurrently (a sandboxed program runs while other
+    episodes step)."""
+    envs: dict[str, EnvironmentService] = {}
+    try:
+        for name in parse_env_weights(cfg.env.tasks) if cfg.env.tasks else {}:
+            config = ServiceConfig(
+                replicas=cfg.env.replicas,
+                name=name,
+                max_in_flight_per_replica=64,
+                no_healthy_timeout_s=REPLICA_RESTART_WAIT_S,
+            )
+            envs[name] = await spawn_environment(name, config)
+            service = envs[name].service
+            assert isinstance(service, Service)  # spawned here, not a handle
+            service.add_listener(on_replica_event)
+    except BaseException:
+        for env in envs.values():
+            with contextlib.suppress(Exception):
+                await env.shutdown()
+        raise
+    return envs
 
 
 async def shutdown(c: Components) -> None:
     """Stops every service and process this run started."""
-    for svc in (c.generator, c.reward):
+    services: list[Service[Generator] | Service[RewardActor] | EnvironmentService] = [
+        c.generator,
+        c.reward,
+        *c.envs.values(),
+    ]
+    for svc in services:
         with contextlib.suppress(Exception):
             await svc.shutdown()
     await _stop(c.procs)

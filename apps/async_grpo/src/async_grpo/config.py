@@ -71,6 +71,28 @@ class DataConfig:
 
 
 @dataclasses.dataclass
+class EnvConfig:
+    """Multi-turn environments (`rl_envs`). With `tasks` set, the run trains on whole
+    episodes played against them (the model acts, the environment answers, until it says
+    done) instead of on `data`'s prompts."""
+
+    tasks: str = ""
+    """Environments with weights, e.g. "pattern" or "repeat:1,pattern:2" (a task mixture:
+    each group's environment drawn by weight); empty: the single-turn `data` task."""
+    level: int = 0
+    """Difficulty level every environment starts at."""
+    curriculum: float = 0.0
+    """Raise an environment's level when its evaluation's mean return reaches this, in
+    (0, 1]; 0: the level stays."""
+    replicas: int = 1
+    """Replicas (processes) of each environment's service."""
+    max_turns: int = 16
+    """Policy turns after which an episode is cut (and trained on as it stands)."""
+    step_timeout_s: float = 30.0
+    """An environment's reset or step slower than this fails its episode (dropped, counted)."""
+
+
+@dataclasses.dataclass
 class SamplingConfig:
     """How the generator samples, from softmax(logits / temperature) cut to the top-p nucleus."""
 
@@ -154,6 +176,9 @@ class BufferConfig:
     """Oldest policy version a trained episode may come from, in versions behind (async mode)."""
     capacity: int = 512
     """Episodes that may wait in the buffer; producers are held back beyond it."""
+    warmup_episodes: int = 0
+    """Episodes collected before the first train step (a warm-up fill); 0: train as soon
+    as one batch is there."""
 
 
 @dataclasses.dataclass
@@ -162,6 +187,7 @@ class RunConfig:
 
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
     data: DataConfig = dataclasses.field(default_factory=DataConfig)
+    env: EnvConfig = dataclasses.field(default_factory=EnvConfig)
     sampling: SamplingConfig = dataclasses.field(default_factory=SamplingConfig)
     generator: GeneratorConfig = dataclasses.field(default_factory=GeneratorConfig)
     reward: RewardConfig = dataclasses.field(default_factory=RewardConfig)
@@ -354,6 +380,12 @@ def validate(cfg: RunConfig) -> None:
         ("trainer.loss.entropy_coef", loss.entropy_coef >= 0, ">= 0"),
         ("buffer.max_policy_age", cfg.buffer.max_policy_age >= 0, ">= 0"),
         ("buffer.capacity", cfg.buffer.capacity >= 1, ">= 1"),
+        ("buffer.warmup_episodes", cfg.buffer.warmup_episodes >= 0, ">= 0 (0: no warm-up)"),
+        ("env.level", cfg.env.level >= 0, ">= 0"),
+        ("env.curriculum", 0 <= cfg.env.curriculum <= 1, "in [0, 1] (0: the level stays)"),
+        ("env.replicas", cfg.env.replicas >= 1, ">= 1"),
+        ("env.max_turns", cfg.env.max_turns >= 1, ">= 1"),
+        ("env.step_timeout_s", 0 < cfg.env.step_timeout_s < float("inf"), "> 0"),
     ]
     for key, ok, rule in ranges:
         if not ok:
@@ -365,6 +397,11 @@ def validate(cfg: RunConfig) -> None:
         (
             not (d.path and d.hf_name),
             "data.path and data.hf_name are both set; give one dataset",
+        ),
+        (
+            not (cfg.env.tasks and (d.path or d.hf_name)),
+            "env.tasks and a dataset (data.path / data.hf_name) are both set; a run trains "
+            "on environments or on prompts",
         ),
         (
             t.batch_size % s.group_size == 0 and groups >= 1,
@@ -381,6 +418,11 @@ def validate(cfg: RunConfig) -> None:
             cfg.buffer.capacity >= t.batch_size,
             f"buffer.capacity ({cfg.buffer.capacity}) must be >= trainer.batch_size "
             f"({t.batch_size}): a whole batch has to fit in the buffer",
+        ),
+        (
+            cfg.buffer.warmup_episodes <= cfg.buffer.capacity,
+            f"buffer.warmup_episodes ({cfg.buffer.warmup_episodes}) must be <= "
+            f"buffer.capacity ({cfg.buffer.capacity}): the warm-up fill waits in the buffer",
         ),
     ]
     for ok, message in relations:

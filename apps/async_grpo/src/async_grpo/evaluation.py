@@ -11,7 +11,7 @@ reach the replay buffer or the training window.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from actor_service import Service
 
@@ -49,29 +49,36 @@ def score_eval(
     )
 
 
-class Evaluator:
-    """Runs evaluations on the generator and reward services, at most one at a time, in the
-    background; each finished one is appended to `metrics.evals`."""
+EvalFn = Callable[[int], Awaitable[EvalResult]]
+"""Runs one evaluation, requested after train step `step`."""
 
-    def __init__(
-        self,
-        generator: Service[Generator],
-        reward: Service[RewardActor],
-        prompts: list[Sample],
-        metrics: RunMetrics,
-    ) -> None:
-        self._generator, self._reward = generator, reward
-        self._prompts, self._metrics = prompts, metrics
+
+def prompt_eval(
+    generator: Service[Generator], reward: Service[RewardActor], prompts: list[Sample]
+) -> EvalFn:
+    """Evaluation on fixed prompts: `group_size` samples each, scored by the reward service."""
+
+    async def run(step: int) -> EvalResult:
+        groups = await generator.endpoint(Generator.generate).route([s.prompt for s in prompts])
+        texts = [c.text for group in groups for c in group]
+        targets = [s.target for s, group in zip(prompts, groups, strict=True) for _ in group]
+        rewards = await reward.endpoint(RewardActor.score).route(texts, targets)
+        return score_eval(step, prompts, groups, rewards)
+
+    return run
+
+
+class Evaluator:
+    """Runs evaluations (`run`), at most one at a time, in the background; each finished
+    one is appended to `metrics.evals`."""
+
+    def __init__(self, run: EvalFn, metrics: RunMetrics) -> None:
+        self._run, self._metrics = run, metrics
         self._task: asyncio.Task[EvalResult] | None = None
 
     async def evaluate(self, step: int) -> EvalResult:
-        """One evaluation now, on whichever replica the service routes it to."""
-        prompts = [s.prompt for s in self._prompts]
-        groups = await self._generator.endpoint(Generator.generate).route(prompts)
-        texts = [c.text for group in groups for c in group]
-        targets = [s.target for s, group in zip(self._prompts, groups, strict=True) for _ in group]
-        rewards = await self._reward.endpoint(RewardActor.score).route(texts, targets)
-        result = score_eval(step, self._prompts, groups, rewards)
+        """One evaluation now."""
+        result = await self._run(step)
         self._metrics.evals.append(result)
         return result
 

@@ -5,7 +5,9 @@ training loop samples batches no older than `max_policy_age` versions, trains, a
 the new weights to a background sync. Before each episode a rollout loop waits until the
 generators' weights are at most `max_policy_age` versions behind the trainer, so with
 `max_policy_age=0` (`--mode sync`) generation pauses while the trainer steps and the weights
-move: collect, train, sync, repeat.
+move: collect, train, sync, repeat. A rollout is one prompt and one response per episode
+(`generate_episode`), or with `--env.tasks` whole multi-turn episodes against environment
+services (`env_rollout.generate_env_episodes`).
 """
 
 from __future__ import annotations
@@ -13,11 +15,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from actor_service import NoHealthyReplicaError, ReplicaEvent
 from replay_buffer import SampledBatch
+from rl_envs import Warmup
 
 from async_grpo import tracing
 from async_grpo.actors.generator import Generator
@@ -25,8 +28,11 @@ from async_grpo.actors.reward import RewardActor
 from async_grpo.actors.trainer import TrainResult
 from async_grpo.components import Components, shutdown, spawn_components
 from async_grpo.config import RunConfig
-from async_grpo.evaluation import Evaluator
+from async_grpo.env_rollout import env_eval, generate_env_episodes, make_encode
+from async_grpo.environments import TaskSource
+from async_grpo.evaluation import Evaluator, prompt_eval
 from async_grpo.metrics import MetricsSink, RunMetrics, StepRow
+from async_grpo.model import load_tokenizer
 from async_grpo.prepare import Prepared
 from async_grpo.rollout import to_episodes
 from async_grpo.tasks import Sample, eval_set
@@ -70,9 +76,9 @@ class Versions:
 
 async def generate_episode(
     c: Components, cfg: RunConfig, metrics: RunMetrics, group_ids: itertools.count[int]
-) -> None:
+) -> int:
     """One rollout: prompts -> a group of responses per prompt -> rewards -> advantages ->
-    the replay buffer."""
+    the replay buffer. Returns the episodes put there."""
     # Prompts and their targets.
     with tracing.span("prompts", track="rollout"):
         samples = await c.dataset.sample.call_one(cfg.generator.prompts_per_call)
@@ -92,20 +98,21 @@ async def generate_episode(
     with tracing.span("put", track="rollout", episodes=len(episodes)):
         await c.buffer.put.call_one(episodes)
     metrics.record_episodes(completions, targets, rewards)
+    return len(episodes)
+
+
+Rollout = Callable[[], Awaitable[int]]
+"""One rollout into the buffer; returns the episodes put there."""
 
 
 async def rollout_loop(
-    c: Components,
-    cfg: RunConfig,
-    versions: Versions,
-    metrics: RunMetrics,
-    group_ids: itertools.count[int],
+    cfg: RunConfig, versions: Versions, rollout: Rollout, warmup: Warmup
 ) -> None:
     while not versions.stopped:
         with tracing.span("wait_fresh", track="rollout", wait=True):
             await versions.wait_fresh(cfg.effective_max_policy_age)
         with tracing.span("episode", track="rollout"):
-            await generate_episode(c, cfg, metrics, group_ids)
+            warmup.record(await rollout())
 
 
 async def sync_weights(c: Components, update: WeightUpdate) -> int:
@@ -166,12 +173,16 @@ async def training_loop(
     weights: WeightBroadcast,
     *,
     evaluator: Evaluator,
+    warmup: Warmup,
     on_step: StepCallback,
 ) -> int:
     """Trains until `cfg.steps` steps, `cfg.max_minutes` or `cfg.stop_at_reward`; returns
     the last version."""
     deadline = time.perf_counter() + cfg.max_minutes * 60
     version = 0
+    # The warm-up fill (`buffer.warmup_episodes`) is collected before the first step.
+    with tracing.span("warmup", track="train", wait=True):
+        await warmup.wait()
     next_batch = _request_batch(c, cfg, version)
     while version < cfg.steps and time.perf_counter() < deadline:
         # A batch of whole groups, none older than max_policy_age versions; the buffer
@@ -259,7 +270,23 @@ async def run_job(
     weights = WeightBroadcast()
     c = await spawn_components(cfg, prep, replica_event_recorder(metrics, weights, log))
     versions = Versions()
-    evaluator = Evaluator(c.generator, c.reward, eval_set_for(cfg, prep), metrics)
+    warmup = Warmup(cfg.buffer.warmup_episodes)
+    group_ids = itertools.count()
+    rollout: Rollout
+    if cfg.env.tasks:
+        # Whole episodes against the environment services, tasks drawn in the controller.
+        source = TaskSource(cfg.env, cfg.seed)
+        encode = make_encode(load_tokenizer(prep.model_path))
+        evaluator = Evaluator(env_eval(c, cfg, source, encode, log), metrics)
+
+        def rollout() -> Awaitable[int]:
+            return generate_env_episodes(c, cfg, metrics, group_ids, source=source, encode=encode)
+    else:
+        evaluator = Evaluator(prompt_eval(c.generator, c.reward, eval_set_for(cfg, prep)), metrics)
+
+        def rollout() -> Awaitable[int]:
+            return generate_episode(c, cfg, metrics, group_ids)
+
     tasks: list[asyncio.Task[Any]] = []
     try:
         # Generators start from exactly the weights the trainer holds (version 0).
@@ -273,14 +300,15 @@ async def run_job(
             on_step(row, result)
 
         # Rollouts, the weight sync and the trainer run concurrently from here.
-        group_ids = itertools.count()
         rollouts = [
-            asyncio.create_task(rollout_loop(c, cfg, versions, metrics, group_ids))
+            asyncio.create_task(rollout_loop(cfg, versions, rollout, warmup))
             for _ in range(cfg.rollout_loops)
         ]
         sync = asyncio.create_task(weights.run(c, versions, metrics))
         trainer = asyncio.create_task(
-            training_loop(c, cfg, versions, metrics, weights, evaluator=evaluator, on_step=step)
+            training_loop(
+                c, cfg, versions, metrics, weights, evaluator=evaluator, warmup=warmup, on_step=step
+            )
         )
         tasks = [*rollouts, sync, trainer]
         # The first task to finish is the trainer (done) or a loop that failed.

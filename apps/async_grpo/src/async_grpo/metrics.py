@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from replay_buffer import Episode
 
+from async_grpo.multiturn import Record, policy_text, policy_version, turn_ids
 from async_grpo.rewards import exact_match
 from async_grpo.sampling import Completion
 
@@ -50,7 +51,9 @@ class StepRow:
     token) at those positions (both near 0: the policy has become deterministic and
     stopped exploring). `eval_reward` / `eval_version`: the latest finished evaluation
     (None before the first). `replica_deaths` / `replica_restarts`: service replicas that
-    died, and were started again, since the run began (all services)."""
+    died, and were started again, since the run began (all services). `episodes_dropped`:
+    multi-turn episodes never trained on because an episode of their group failed (an
+    environment replica died, its code raised, or it timed out), those included."""
 
     version: int
     wall_s: float
@@ -75,25 +78,35 @@ class StepRow:
     eval_version: int | None
     replica_deaths: int
     replica_restarts: int
+    episodes_dropped: int
 
 
 @dataclasses.dataclass(frozen=True)
 class Shown:
-    """A scored response kept for the progress report (never trained on from here)."""
+    """A scored response (or a multi-turn episode's policy turns, joined with " | ") kept
+    for the progress report (never trained on from here)."""
 
-    completion: Completion
-    target: str
+    prompt: str
+    response: str
     reward: float
+    policy_version: int
 
 
 def batch_diagnostics(episodes: Sequence[Episode], group_size: int) -> tuple[float, float]:
-    """(fraction of groups whose rewards are all equal, mean behaviour log-prob per token)
-    of a trained batch of whole groups, consecutive episodes sharing a group."""
+    """(fraction of groups whose rewards are all equal, mean behaviour log-prob per policy
+    token) of a trained batch of whole groups, consecutive episodes sharing a group.
+    Environment tokens of a multi-turn episode (outside its `loss_mask`) are not counted."""
     groups = [episodes[i : i + group_size] for i in range(0, len(episodes), group_size)]
     uniform = sum(len({e.reward for e in g}) == 1 for g in groups) / max(1, len(groups))
-    tokens = sum(e.behavior_logprobs.numel() for e in episodes)
-    logprob = sum(float(e.behavior_logprobs.sum()) for e in episodes) / max(1, tokens)
+    tokens = sum(e.num_policy_tokens for e in episodes)
+    logprob = sum(_policy_logprob_sum(e) for e in episodes) / max(1, tokens)
     return uniform, logprob
+
+
+def _policy_logprob_sum(e: Episode) -> float:
+    if e.loss_mask is None:
+        return float(e.behavior_logprobs.sum())
+    return float(e.behavior_logprobs[e.loss_mask].sum())
 
 
 class RunMetrics:
@@ -113,6 +126,7 @@ class RunMetrics:
         self.last_sync_s = 0.0
         self.replica_deaths = 0
         self.replica_restarts = 0
+        self.episodes_dropped = 0
         self.evals: list[EvalResult] = []
 
     def record_episodes(
@@ -121,17 +135,33 @@ class RunMetrics:
         for comp, target, reward in zip(completions, targets, rewards, strict=True):
             self.rewards.append(reward)
             self.exact.append(exact_match(comp.text, target))
-            self.recent.append(Shown(comp, target, reward))
+            self.recent.append(Shown(comp.prompt, comp.text, reward, comp.policy_version))
             self.tokens_generated += len(comp.response_ids)
         self.episodes_generated += len(completions)
+
+    def record_records(self, groups: Sequence[Sequence[Record]], dropped: int) -> None:
+        """Counts a multi-turn play: the completed episodes' returns enter the window
+        (`exact` is 1 for a full return), `dropped` episodes are counted as such."""
+        for record in (r for g in groups for r in g if r.ok):
+            self.rewards.append(record.reward)
+            self.exact.append(float(record.reward >= 1.0 - 1e-9))
+            first = record.segments[0].text
+            self.recent.append(
+                Shown(first, policy_text(record), record.reward, policy_version(record))
+            )
+            self.tokens_generated += sum(
+                len(turn_ids(s.payload)) for s in record.segments if s.payload
+            )
+            self.episodes_generated += 1
+        self.episodes_dropped += dropped
 
     def examples(self, count: int) -> list[Shown]:
         """The newest scored responses, at most one per prompt, newest first."""
         seen: set[str] = set()
         out: list[Shown] = []
         for t in reversed(self.recent):
-            if t.completion.prompt not in seen:
-                seen.add(t.completion.prompt)
+            if t.prompt not in seen:
+                seen.add(t.prompt)
                 out.append(t)
             if len(out) == count:
                 break
@@ -202,6 +232,7 @@ class RunMetrics:
             eval_version=last.version if last else None,
             replica_deaths=self.replica_deaths,
             replica_restarts=self.replica_restarts,
+            episodes_dropped=self.episodes_dropped,
         )
 
 

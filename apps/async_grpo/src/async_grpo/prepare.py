@@ -17,6 +17,7 @@ import torch
 from async_grpo.checkpoints import CheckpointNotFound, locate_checkpoint
 from async_grpo.config import ConfigError, RunConfig, validate
 from async_grpo.engines import check_engine
+from async_grpo.environments import check_env_config, env_corpus
 from async_grpo.model import write_random_checkpoint
 from async_grpo.presets import ARCHS
 from async_grpo.rewards import parse_weights
@@ -94,6 +95,13 @@ def prepare(cfg: RunConfig) -> Prepared:
     check_generator(cfg)
     m = cfg.model
     build = m.random_weights or not m.path
+    env_text: list[str] = []  # what the environments say, for a built tokenizer
+    if cfg.env.tasks:
+        try:
+            weights = check_env_config(cfg.env)
+            env_text = env_corpus(weights) if build else []
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
     if build and m.arch not in ARCHS:
         raise ConfigError(f"model.arch: unknown architecture {m.arch!r}; known: {sorted(ARCHS)}")
     samples = load_samples(cfg)
@@ -105,7 +113,10 @@ def prepare(cfg: RunConfig) -> Prepared:
     out_dir = make_out_dir(cfg)
     if build:
         # A random checkpoint of `arch`, with a tokenizer trained on the task's words.
-        corpus = corpus_for(cfg.data.task, cfg.data.min_n, cfg.data.max_n, samples or ())
+        if env_text:
+            corpus = env_text
+        else:
+            corpus = corpus_for(cfg.data.task, cfg.data.min_n, cfg.data.max_n, samples or ())
         path = out_dir / f"checkpoint-{m.arch}-seed{m.init_seed}"
         model_path = str(write_random_checkpoint(path, ARCHS[m.arch], corpus, seed=m.init_seed))
     return Prepared(model_path, samples)

@@ -1,6 +1,7 @@
 """Named presets: each is a function returning a complete `RunConfig`.
 
-`tiny` trains a random-init 2-layer Qwen2 on "count to N" on a CPU; `qwen2.5-0.5b` runs the
+`tiny` trains a random-init 2-layer Qwen2 on "count to N" on a CPU; `pattern`, `repeat` and
+`calculator` train it on multi-turn environments (`rl_envs`); `qwen2.5-0.5b` runs the
 real instruct model (or its architecture with random weights) on arithmetic word problems and
 is the default when a CUDA device is present.
 """
@@ -14,6 +15,7 @@ import torch
 from async_grpo.config import (
     BufferConfig,
     DataConfig,
+    EnvConfig,
     GeneratorConfig,
     ModelConfig,
     RewardConfig,
@@ -71,6 +73,35 @@ def tiny() -> RunConfig:
     )
 
 
+def pattern() -> RunConfig:
+    """The tiny model plays "follow the pattern" (`rl_envs.FollowThePattern`, level 0): two
+    rules "when I say X, you say Y", then three cues, one answer a turn."""
+    cfg = tiny()
+    cfg.env = EnvConfig(tasks="pattern")
+    # A turn is one token: one word of the word-level vocabulary (a random model almost
+    # never ends a longer turn right after the word, and then no answer is ever right).
+    cfg.sampling.max_new_tokens = 1
+    return cfg
+
+
+def repeat() -> RunConfig:
+    """The tiny model plays "repeat after me" (`rl_envs.RepeatAfterMe`, level 0): two words,
+    one a turn."""
+    cfg = pattern()
+    cfg.env = EnvConfig(tasks="repeat")
+    return cfg
+
+
+def calculator() -> RunConfig:
+    """The tiny model uses a tool: it writes a Python expression, the bubblewrap sandbox
+    runs it, and the reward comes from what it printed (`rl_envs.Calculator`, level 0: two
+    numbers, two attempts). Needs `bubblewrap`."""
+    cfg = tiny()
+    cfg.env = EnvConfig(tasks="calculator", replicas=1)
+    cfg.sampling.max_new_tokens = 8
+    return cfg
+
+
 def qwen25_05b() -> RunConfig:
     """Qwen/Qwen2.5-0.5B-Instruct (hub id or local directory) on arithmetic word problems."""
     return RunConfig(
@@ -93,7 +124,13 @@ def qwen25_05b() -> RunConfig:
     )
 
 
-PRESETS: dict[str, Callable[[], RunConfig]] = {"tiny": tiny, "qwen2.5-0.5b": qwen25_05b}
+PRESETS: dict[str, Callable[[], RunConfig]] = {
+    "tiny": tiny,
+    "pattern": pattern,
+    "repeat": repeat,
+    "calculator": calculator,
+    "qwen2.5-0.5b": qwen25_05b,
+}
 
 
 def default_preset() -> str:

@@ -1,6 +1,7 @@
-"""From sampled completions to the buffer's episodes: rewards become group advantages.
+"""From what was played to the buffer's episodes: rewards become group advantages.
 
-Pure: the controller calls it between the reward service and the replay buffer.
+Pure: the controller calls `to_episodes` between the reward service and the replay buffer
+(one prompt, one response), `records_to_episodes` after a multi-turn play.
 """
 
 from __future__ import annotations
@@ -9,8 +10,10 @@ from collections.abc import Iterator, Sequence
 
 import torch
 from replay_buffer import Episode
+from rl_envs import tokenize_episode
 
 from async_grpo.grpo import group_advantages
+from async_grpo.multiturn import Encode, Record, policy_version, turn_ids, turn_logprobs
 from async_grpo.sampling import Completion
 
 
@@ -48,3 +51,53 @@ def to_episodes(
             )
         )
     return episodes
+
+
+def records_to_episodes(
+    groups: Sequence[Sequence[Record]],
+    group_ids: Iterator[int],
+    encode: Encode,
+    *,
+    scale_by_std: bool = True,
+) -> tuple[list[Episode], int]:
+    """One `Episode` per multi-turn episode, and how many were dropped.
+
+    Each group holds the episodes of one task (all the same size). A group with a failed
+    episode is dropped whole (its advantages would compare episodes with a missing one);
+    the count returned includes all of its episodes. An episode's response is everything
+    after the environment's first observation, its `loss_mask` marks the policy's tokens
+    (the environment's are context), its behaviour log-probs are the sampled ones (0.0 at
+    environment tokens, never read), its reward is its return (the sum of its turns'
+    rewards) and its `policy_version` the oldest version that sampled a turn of it.
+    """
+    sizes = {len(g) for g in groups}
+    if len(sizes) > 1:
+        raise ValueError(f"every task needs the same number of episodes, got {sorted(sizes)}")
+    kept = [g for g in groups if all(r.ok for r in g)]
+    dropped = sum(len(g) for g in groups) - sum(len(g) for g in kept)
+    if not kept:
+        return [], dropped
+    returns = [r.reward for g in kept for r in g]
+    advantages = group_advantages(torch.tensor(returns), len(kept[0]), scale_by_std=scale_by_std)
+    episodes: list[Episode] = []
+    k = 0
+    for group in kept:
+        group_id = next(group_ids)
+        for record in group:
+            tok = tokenize_episode(
+                record, encode=encode, token_ids=turn_ids, logprobs=turn_logprobs
+            )
+            episodes.append(
+                Episode(
+                    prompt_ids=torch.tensor(tok.prompt_ids, dtype=torch.long),
+                    response_ids=torch.tensor(tok.response_ids, dtype=torch.long),
+                    behavior_logprobs=torch.tensor(tok.behavior_logprobs, dtype=torch.float32),
+                    reward=tok.reward,
+                    advantage=float(advantages[k]),
+                    policy_version=policy_version(record),
+                    group_id=group_id,
+                    loss_mask=torch.tensor(tok.policy_mask, dtype=torch.bool),
+                )
+            )
+            k += 1
+    return episodes, dropped

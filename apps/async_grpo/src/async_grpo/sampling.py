@@ -101,22 +101,52 @@ def generate(
     chat_template: bool = False,
     generator: torch.Generator | None = None,
 ) -> list[list[Completion]]:
-    """Samples `cfg.group_size` responses for each prompt in one batch with a KV cache.
+    """Samples `cfg.group_size` responses for each prompt in one batch (`sample`).
 
     `chat_template`: each prompt is sent as one user message through the tokenizer's chat
-    template (the completions still record the prompt as given).
+    template (the completions still record the prompt as given). Returns one list of
+    `group_size` completions per prompt, in prompt order.
+    """
+    texts = [chat_prompt(tokenizer, p) for p in prompts] if chat_template else prompts
+    encoded = [list(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
+    g = cfg.group_size
+    completions = sample(
+        model,
+        tokenizer,
+        [ids for ids in encoded for _ in range(g)],
+        cfg,
+        policy_version,
+        labels=[p for p in prompts for _ in range(g)],
+        generator=generator,
+    )
+    return [completions[k * g : (k + 1) * g] for k in range(len(prompts))]
 
-    Prompts are left-padded so every row's next token sits in the last column; position ids
+
+@torch.no_grad()
+def sample(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    rows: list[list[int]],
+    cfg: SamplingConfig,
+    policy_version: int,
+    *,
+    labels: list[str] | None = None,
+    generator: torch.Generator | None = None,
+) -> list[Completion]:
+    """One response for each row of token ids (a prompt, or a multi-turn context), all in
+    one batch with a KV cache; `labels` are the rows' prompts as text (for the record; ""
+    without).
+
+    Rows are left-padded so every row's next token sits in the last column; position ids
     count only real tokens, so the trainer's right-padded recomputation sees the same
-    positions. Returns one list of `group_size` completions per prompt, in prompt order.
+    positions. Returns the completions in row order.
     """
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     if eos is None or pad is None:
         raise ValueError("the tokenizer needs an EOS and a pad token")
+    if not rows or not all(rows):
+        raise ValueError("sample needs at least one row, and no empty row")
     vocab = len(tokenizer)
-    texts = [chat_prompt(tokenizer, p) for p in prompts] if chat_template else prompts
-    encoded = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
-    rows = [ids for ids in encoded for _ in range(cfg.group_size)]
     width = max(len(r) for r in rows)
     device = next(model.parameters()).device
     input_ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=device)
@@ -161,7 +191,7 @@ def generate(
         response = tokens[i][:length]
         completions.append(
             Completion(
-                prompt=prompts[i // cfg.group_size],
+                prompt=labels[i] if labels is not None else "",
                 # Other special tokens stay visible: a sampled <unk> or <pad> is a wrong word,
                 # not a silently dropped one.
                 text=str(tokenizer.decode(response[:-1] if finished else response)),
@@ -172,5 +202,4 @@ def generate(
                 policy_version=policy_version,
             )
         )
-    g = cfg.group_size
-    return [completions[k * g : (k + 1) * g] for k in range(len(prompts))]
+    return completions

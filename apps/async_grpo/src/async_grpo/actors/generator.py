@@ -53,6 +53,14 @@ class Generator(Actor):
         return groups
 
     @endpoint
+    async def continue_turns(self, contexts: list[list[int]]) -> list[Completion]:
+        """One completion per multi-turn context (token ids), from the current version."""
+        with tracing.span("generate", prompts=len(contexts), version=self._engine.version) as s:
+            completions = self._engine.continue_turns(contexts)
+            s.set(tokens=sum(len(c.response_ids) for c in completions))
+        return completions
+
+    @endpoint
     async def update_weights(self, update: WeightUpdate) -> WeightSync:
         """Pulls `update` (or a newer staged version), all or nothing."""
         with tracing.span("update_weights", version=update.version, bytes=update.nbytes) as s:

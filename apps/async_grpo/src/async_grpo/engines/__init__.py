@@ -36,6 +36,11 @@ class Engine(Protocol):
         weights `version`."""
         ...
 
+    def continue_turns(self, contexts: list[list[int]]) -> list[Completion]:
+        """One completion per context of token ids (a multi-turn conversation so far), in
+        order, all sampled from weights `version`."""
+        ...
+
     async def load_weights(self, update: WeightUpdate) -> WeightSync:
         """Installs `update` (or a newer staged version), all or nothing; `version` changes
         only once the new weights are in."""

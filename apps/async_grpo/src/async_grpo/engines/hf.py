@@ -15,7 +15,7 @@ from torch import Tensor
 from async_grpo import weight_sync
 from async_grpo.config import ModelConfig, SamplingConfig
 from async_grpo.model import load_policy, load_tokenizer
-from async_grpo.sampling import Completion, generate
+from async_grpo.sampling import Completion, generate, sample
 from async_grpo.weight_sync import WeightSync, WeightUpdate
 
 
@@ -43,6 +43,16 @@ class HFEngine:
             self._sampling,
             self.version,
             chat_template=self._chat,
+            generator=self._rng,
+        )
+
+    def continue_turns(self, contexts: list[list[int]]) -> list[Completion]:
+        return sample(
+            self._model,
+            self._tokenizer,
+            contexts,
+            self._sampling,
+            self.version,
             generator=self._rng,
         )
 

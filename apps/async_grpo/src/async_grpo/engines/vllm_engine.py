@@ -24,6 +24,7 @@ extra GPU; they watch their parent and exit with it.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import json
@@ -171,8 +172,8 @@ class VLLMEngine:
         # A vocabulary padded past the tokenizer (a random-weights model with a small
         # tokenizer): sample only real tokens, as `sampling.masked_logits` does.
         allowed = list(range(len(self._tokenizer))) if vocab > len(self._tokenizer) else None
-        self._params = vllm.SamplingParams(
-            n=sampling.group_size,
+        params = functools.partial(
+            vllm.SamplingParams,
             temperature=sampling.temperature,
             top_p=sampling.top_p,
             max_tokens=sampling.max_new_tokens,
@@ -181,20 +182,32 @@ class VLLMEngine:
             allowed_token_ids=allowed,
             detokenize=False,
         )
+        self._params = params(n=sampling.group_size)
+        self._turn_params = params(n=1)  # a multi-turn episode samples each turn once
         self._stager = Stager()
         self.version = 0
         self.last_reload_s = 0.0
 
     def generate(self, prompts: list[str]) -> list[list[Completion]]:
         """`group_size` completions per prompt, in prompt order, all from `self.version`."""
-        version = self.version
         tok = self._tokenizer
         texts = [chat_prompt(tok, p) for p in prompts] if self._chat else prompts
         ids = [list(tok(t, add_special_tokens=False)["input_ids"]) for t in texts]
+        return self._sample(ids, prompts, self._params)
+
+    def continue_turns(self, contexts: list[list[int]]) -> list[Completion]:
+        """One completion per context of token ids, in order, all from `self.version`."""
+        groups = self._sample(contexts, [""] * len(contexts), self._turn_params)
+        return [group[0] for group in groups]
+
+    def _sample(
+        self, ids: list[list[int]], labels: list[str], params: Any
+    ) -> list[list[Completion]]:
+        version = self.version
         requests = [{"prompt_token_ids": i} for i in ids]
-        outputs = self._llm.generate(requests, self._params, use_tqdm=False)
+        outputs = self._llm.generate(requests, params, use_tqdm=False)
         groups: list[list[Completion]] = []
-        for prompt, prompt_ids, out in zip(prompts, ids, outputs, strict=True):
+        for label, prompt_ids, out in zip(labels, ids, outputs, strict=True):
             group = []
             for sample in out.outputs:
                 response = [int(t) for t in sample.token_ids]
@@ -203,8 +216,8 @@ class VLLMEngine:
                 finished = bool(response) and response[-1] == self._eos
                 group.append(
                     Completion(
-                        prompt=prompt,
-                        text=str(tok.decode(response[:-1] if finished else response)),
+                        prompt=label,
+                        text=str(self._tokenizer.decode(response[:-1] if finished else response)),
                         prompt_ids=prompt_ids,
                         response_ids=response,
                         behavior_logprobs=logprobs,

@@ -90,8 +90,18 @@ class Calculator(GeneratedEnvironment[Puzzle]):
 
     @classmethod
     def corpus(cls) -> list[str]:
-        """Texts this environment says and answers look like."""
-        return [cls.question((1, 2, 3), 7), "= 41, not 45", "0123456789 + - * ( )"]
+        """Texts this environment says and answers look like: questions at every level,
+        every number from -99 to 999 (each a word to a word-level tokenizer) and the
+        feedback's words."""
+        rng = random.Random(0)
+        questions = [
+            cls.question(*cls.generate(rng, level))
+            for level in range(cls.max_level + 1)
+            for _ in range(200)
+        ]
+        numbers = " ".join(str(n) for n in range(-99, 1000))
+        feedback = "= 41, not 45 correct error: too long not a number but use each of once"
+        return [*questions, numbers, "( ) + - * / ** %", feedback]
 
     async def _reset(self, task: Task) -> Observation:
         (self._numbers, self._target), self._tries = self.content(task), 0

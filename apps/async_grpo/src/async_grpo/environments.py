@@ -1,0 +1,145 @@
+"""Which environments a run trains on, and which tasks it plays: `--env.tasks` parsed,
+checked and turned into a `TaskSource` (a task mixture with a curriculum per environment).
+
+Pure, no Monarch: the controller draws the tasks itself (drawing is cheap), and `prepare`
+checks the spec before any process is spawned.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from rl_envs import Curriculum, LevelChange, Task, TaskMixture, UnknownEnvironmentError
+from rl_envs.registry import names, resolve
+from rl_envs.sandbox import Sandbox, SandboxUnavailableError
+
+from async_grpo.config import EnvConfig
+
+SANDBOXED = frozenset({"calculator"})
+"""Built-in environments that run the model's output in the bubblewrap sandbox."""
+
+
+def parse_env_weights(spec: str) -> dict[str, float]:
+    """ "pattern" -> {"pattern": 1.0}; "repeat:1,pattern:2" -> {"repeat": 1.0, "pattern": 2.0}.
+
+    Every name must be a registered environment (`rl_envs.names()`); weights are finite,
+    >= 0, with at least one > 0. A `ValueError` names the problem."""
+    weights: dict[str, float] = {}
+    for part in spec.split(","):
+        name, _, raw = part.strip().partition(":")
+        if not name:
+            raise ValueError(f"{spec!r}: an empty environment name")
+        if name in weights:
+            raise ValueError(f"{spec!r}: environment {name!r} is named twice")
+        try:
+            weight = float(raw) if raw else 1.0
+        except ValueError:
+            raise ValueError(f"{spec!r}: bad weight {raw!r} for {name!r}") from None
+        if not (math.isfinite(weight) and weight >= 0):
+            raise ValueError(f"{spec!r}: the weight of {name!r} must be finite and >= 0")
+        try:
+            resolve(name)
+        except UnknownEnvironmentError:
+            raise ValueError(f"unknown environment {name!r}; known: {', '.join(names())}") from None
+        weights[name] = weight
+    if sum(weights.values()) <= 0:
+        raise ValueError(f"{spec!r}: at least one weight must be > 0")
+    return weights
+
+
+def max_level(name: str) -> int:
+    """The highest level of environment `name` (0 for one without levels)."""
+    return int(getattr(resolve(name), "max_level", 0))
+
+
+def check_env_config(cfg: EnvConfig) -> dict[str, float]:
+    """The parsed `tasks` of an env config, after checking what the run will need: each
+    level in range, and bubblewrap for a sandboxed environment. A `ValueError` names the
+    problem (the caller turns it into a config error)."""
+    try:
+        weights = parse_env_weights(cfg.tasks)
+    except ValueError as e:
+        raise ValueError(f"env.tasks: {e}") from None
+    for name in weights:
+        if cfg.level > max_level(name):
+            raise ValueError(
+                f"env.level {cfg.level} is above {name!r}'s max level {max_level(name)}"
+            )
+        if name in SANDBOXED:
+            try:
+                Sandbox()  # one real probe run
+            except SandboxUnavailableError as e:
+                raise ValueError(
+                    f"environment {name!r} runs programs in the sandbox: {e}"
+                ) from None
+    return weights
+
+
+def env_corpus(weights: dict[str, float]) -> list[str]:
+    """Every text the environments say (for training a word-level tokenizer on them)."""
+    texts: list[str] = []
+    for name in weights:
+        corpus = getattr(resolve(name), "corpus", None)
+        if corpus is None:
+            raise ValueError(
+                f"environment {name!r} has no corpus() to build a tokenizer from; give a "
+                "checkpoint with its own tokenizer (--model.path)"
+            )
+        texts += list(corpus())
+    return texts
+
+
+class TaskSource:
+    """The tasks a run plays: groups drawn from a `TaskMixture`, each environment at its
+    own curriculum level; evaluation on each environment's held-out tasks at that level.
+
+    Deterministic given `seed`."""
+
+    def __init__(self, cfg: EnvConfig, seed: int) -> None:
+        self.weights = parse_env_weights(cfg.tasks)
+        self.mixture = TaskMixture(self.weights, seed=seed)
+        self.curricula = {
+            name: Curriculum(max_level(name), threshold=cfg.curriculum or 1.0, start=cfg.level)
+            for name in self.weights
+        }
+        self.adaptive = cfg.curriculum > 0
+
+    @property
+    def levels(self) -> dict[str, int]:
+        return {name: c.level for name, c in self.curricula.items()}
+
+    def draw(self, count: int) -> list[Task]:
+        """`count` training tasks (each one GRPO group's)."""
+        return [self.mixture.sample(self.levels) for _ in range(count)]
+
+    def eval_tasks(self, per_env: int) -> list[Task]:
+        """The first `per_env` held-out tasks of every environment with weight > 0, at its
+        current level (the same tasks each time while the level stays)."""
+        tasks: list[Task] = []
+        for name, weight in self.weights.items():
+            if weight > 0:
+                tasks += [
+                    Task(name, seed, "eval", self.curricula[name].level) for seed in range(per_env)
+                ]
+        return tasks
+
+    def report(self, scores: dict[str, float]) -> list[tuple[str, LevelChange]]:
+        """Feeds each environment's evaluation score to its curriculum (when adaptive);
+        returns the promotions."""
+        if not self.adaptive:
+            return []
+        changes: list[tuple[str, LevelChange]] = []
+        for name, score in scores.items():
+            curriculum = self.curricula[name]
+            if curriculum.report(min(1.0, max(0.0, score))):
+                changes.append((name, curriculum.history[-1]))
+        return changes
+
+
+def mean_by_env(tasks: Sequence[Task], returns: Sequence[float]) -> dict[str, float]:
+    """Mean return per environment of tasks played once each, in the same order."""
+    sums: dict[str, list[float]] = {}
+    for task, value in zip(tasks, returns, strict=True):
+        sums.setdefault(task.env, []).append(value)
+    return {name: sum(v) / len(v) for name, v in sums.items()}
