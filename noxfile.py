@@ -40,7 +40,10 @@ MEMBERS = {
 }
 
 # Extras a member's own sessions install, so its optional features are checked too.
-MEMBER_EXTRAS: dict[str, tuple[str, ...]] = {"rl-envs": ("--extra", "openenv")}
+MEMBER_EXTRAS: dict[str, tuple[str, ...]] = {
+    "rl-envs": ("--extra", "openenv"),
+    "async-grpo": ("--extra", "openenv"),
+}
 
 nox.options.sessions = [
     "lint",
@@ -148,7 +151,7 @@ def typecheck(session: nox.Session, package: str) -> None:
 @nox.parametrize("package", list(MEMBERS))
 def tests(session: nox.Session, package: str) -> None:
     """One member's tests against its built wheel, with only its declared dependencies."""
-    env = _bubblewrap(session) if package == "rl-envs" else {}
+    env = _bubblewrap(session) if package in ("rl-envs", "async-grpo") else {}
     bin_dir = _wheel_env(session, package)
     _run(session, bin_dir, "pytest", f"{MEMBERS[package]}/tests", *session.posargs, env=env)
 

@@ -66,6 +66,24 @@ async def test_oracle_scores_one_and_mistakes_cost_their_share(name: str, level:
     assert all_wrong.done
 
 
+async def test_pattern_gives_near_miss_credit_for_another_rules_word() -> None:
+    task = Task("pattern", seed=2)
+    rules, cues = FollowThePattern.content(task)
+    answers = dict(rules)
+    other = next(a for c, a in rules if c != cues[0])  # a rule's word, not this cue's
+    env = FollowThePattern()
+    await env.reset(task)
+    assert (await env.step(Action(other))).reward == pytest.approx(0.25 / len(cues))
+    assert (await env.step(Action("river-ish"))).reward == 0.0  # not a rule's word
+    assert (await env.step(Action(answers[cues[2]]))).reward == pytest.approx(1 / len(cues))
+    strict = FollowThePattern(near_miss=0.0)
+    await strict.reset(task)
+    assert (await strict.step(Action(other))).reward == 0.0
+    for bad in (1.0, -0.1, float("nan")):
+        with pytest.raises(ValueError, match="near_miss"):
+            FollowThePattern(near_miss=bad)
+
+
 async def test_record_alternates_environment_and_policy() -> None:
     record = await run_episode(Oracle(), make("repeat"), Task("repeat", seed=1, level=1))
     sources = [s.source for s in record.segments]

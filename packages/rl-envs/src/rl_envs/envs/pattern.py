@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 from typing import ClassVar
 
+from rl_envs._checks import check_number
 from rl_envs.environment import GeneratedEnvironment
 from rl_envs.envs._words import WORDS
 from rl_envs.types import Action, Info, Observation, StepResult, Task
@@ -20,8 +21,13 @@ class FollowThePattern(GeneratedEnvironment[tuple[Rules, tuple[str, ...]]]):
     The first observation states every rule ("When I say apple, you say river.") and, on
     its own line, the first cue; each later observation is the next cue alone. The answer
     is right when it is the cue's word (surrounding whitespace ignored). Each right answer
-    earns `1 / cues`, so an episode's rewards add up to the fraction answered right, in
-    [0, 1]. The last step's observation is empty.
+    earns `1 / cues`; an answer that is another rule's word (the rules were read, the cue
+    was not) earns `near_miss / cues`. An episode's rewards add up to at most 1 (all
+    right), in [0, 1]. The last step's observation is empty.
+
+    `near_miss` (default 0.25, in [0, 1)) is a stepping stone for a policy that starts from
+    nothing: answering with some rule's word is learned long before the right one, and
+    without credit for it a random policy almost never scores. 0 makes the game strict.
 
     Level `L` (0 to 4) states `L + 2` rules over distinct words, then asks every cue once
     in shuffled order and one of them again (`L + 3` cues).
@@ -30,9 +36,13 @@ class FollowThePattern(GeneratedEnvironment[tuple[Rules, tuple[str, ...]]]):
     name = "pattern"
     max_level: ClassVar[int] = 4
 
-    def __init__(self) -> None:
+    def __init__(self, near_miss: float = 0.25) -> None:
         super().__init__()
+        self.near_miss = check_number("FollowThePattern near_miss", near_miss, 0.0, 1.0)
+        if self.near_miss >= 1.0:
+            raise ValueError("FollowThePattern near_miss must be < 1 (a right answer earns 1)")
         self._rules: dict[str, str] = {}
+        self._answers: set[str] = set()
         self._cues: tuple[str, ...] = ()
         self._turn = 0
         self._correct = 0
@@ -59,18 +69,21 @@ class FollowThePattern(GeneratedEnvironment[tuple[Rules, tuple[str, ...]]]):
     async def _reset(self, task: Task) -> Observation:
         rules, self._cues = self.content(task)
         self._rules, self._turn, self._correct = dict(rules), 0, 0
+        self._answers = {answer for _, answer in rules}
         return Observation(f"{self.statement(rules)}\n{self._cues[0]}")
 
     async def _step(self, action: Action) -> StepResult:
         expected = self._rules[self._cues[self._turn]]
-        right = action.text.strip() == expected
+        answer = action.text.strip()
+        right = answer == expected
+        credit = 1.0 if right else self.near_miss if answer in self._answers else 0.0
         self._turn += 1
         self._correct += right
         done = self._turn == len(self._cues)
         text = "" if done else self._cues[self._turn]
         return StepResult(
             Observation(text, {"right": right, "expected": expected}),
-            reward=right / len(self._cues),
+            reward=credit / len(self._cues),
             done=done,
         )
 

@@ -1,0 +1,135 @@
+"""Multi-turn runs with real processes: the pattern preset end to end with a warm-up fill
+and an environment replica SIGKILLed mid-run; the calculator through the real sandbox;
+bad `--env.*` input refused before anything starts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+import async_grpo.loop
+import pytest
+from async_grpo.actors.trainer import TrainResult
+from async_grpo.components import Components, spawn_components
+from async_grpo.config import ConfigError, RunConfig, apply_overrides
+from async_grpo.loop import StepCallback
+from async_grpo.metrics import MetricsSink, RunMetrics, StepRow
+from async_grpo.prepare import Prepared, prepare
+from async_grpo.presets import calculator, pattern
+from rl_envs.sandbox import Sandbox, SandboxUnavailableError
+
+
+async def run(
+    cfg: RunConfig, prep: Prepared, on_step: StepCallback, log: Callable[[str], None]
+) -> RunMetrics:
+    sink = MetricsSink(Path(cfg.out_dir))
+    metrics = RunMetrics(cfg.window)
+    try:
+        await async_grpo.loop.run_job(cfg, prep, sink, on_step, metrics, log=log)
+    finally:
+        sink.close()
+    return metrics
+
+
+def rows(out: Path) -> list[dict[str, float]]:
+    return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.timeout(400)
+def test_pattern_run_warms_up_and_survives_a_killed_environment_replica(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = pattern()
+    cfg.steps, cfg.eval_every, cfg.out_dir = 12, 6, str(tmp_path)
+    cfg.buffer.warmup_episodes = 384
+    started: list[Components] = []
+
+    async def spawn_and_keep(*args: object) -> Components:
+        c = await spawn_components(*args)  # type: ignore[arg-type]
+        started.append(c)
+        return c
+
+    monkeypatch.setattr(async_grpo.loop, "spawn_components", spawn_and_keep)
+    killed: list[int] = []
+
+    def on_step(row: StepRow, result: TrainResult) -> None:
+        del result
+        if row.version == 4:
+            (pid,) = started[0].envs["pattern"].status().replicas[0].pids
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+
+    lines: list[str] = []
+    metrics = asyncio.run(run(cfg, prepare(cfg), on_step, lines.append))
+
+    assert killed
+    got = rows(tmp_path)
+    assert [r["version"] for r in got] == list(range(1, 13))
+    # The warm-up fill was there before the first step.
+    assert got[0]["episodes_generated"] >= 384
+    # Episodes in flight on the killed replica failed; their groups were dropped whole and
+    # counted, never trained on; the replica came back and the run finished.
+    dropped = got[-1]["episodes_dropped"]
+    assert dropped > 0, dropped
+    assert dropped % cfg.sampling.group_size == 0, dropped
+    assert all(r["episodes_dropped"] == 0 for r in got if r["version"] <= 4)
+    assert any("pattern replica 0 died" in x for x in lines), lines
+    assert any("pattern replica 0 is back after" in x for x in lines), lines
+    # Evaluations ran on the held-out pattern tasks, group_size episodes each.
+    assert [e.version for e in metrics.evals][:1] == [0]
+    assert all(p.startswith("pattern L0 #") for p, _ in metrics.evals[-1].per_prompt)
+    assert len(metrics.evals[-1].per_prompt) == cfg.eval_prompts
+
+
+def _sandbox_or_skip() -> None:
+    try:
+        Sandbox()
+    except SandboxUnavailableError as e:
+        if os.environ.get("RL_ENVS_REQUIRE_SANDBOX") == "1":
+            pytest.fail(f"RL_ENVS_REQUIRE_SANDBOX=1 but the sandbox is unavailable: {e}")
+        pytest.skip(f"needs the distribution package `bubblewrap`: {e}")
+
+
+@pytest.mark.timeout(300)
+def test_calculator_run_scores_answers_in_the_sandbox(tmp_path: Path) -> None:
+    _sandbox_or_skip()
+    cfg = calculator()
+    cfg.steps, cfg.eval_every, cfg.out_dir = 3, 0, str(tmp_path)
+    metrics = asyncio.run(run(cfg, prepare(cfg), lambda row, result: None, print))
+    got = rows(tmp_path)
+    assert [r["version"] for r in got] == [1, 2, 3]
+    assert got[-1]["episodes_dropped"] == 0
+    # Every episode was played to its end: one or two attempts, each judged by the sandbox.
+    assert metrics.episodes_generated >= 3 * cfg.trainer.batch_size
+    assert all(0.0 <= r <= 1.0 for r in metrics.rewards)
+    shown = metrics.examples(8)
+    assert shown
+    assert all(1 <= s.response.count(" | ") + 1 <= 2 for s in shown)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "problem"),
+    [
+        ({"env.tasks": "chess"}, "unknown environment 'chess'; known: calculator, pattern, repeat"),
+        ({"env.tasks": "pattern:-2"}, "the weight of 'pattern' must be finite and >= 0"),
+        ({"env.tasks": "pattern", "env.level": "9"}, "env.level 9 is above 'pattern'"),
+        ({"env.tasks": "pattern", "data.path": "x.jsonl"}, "env.tasks and a dataset"),
+        ({"env.step_timeout_s": "0"}, "env.step_timeout_s must be > 0"),
+        ({"env.max_turns": "0"}, "env.max_turns must be >= 1"),
+        ({"env.curriculum": "1.5"}, "env.curriculum must be in [0, 1]"),
+        ({"buffer.warmup_episodes": "5000"}, "buffer.warmup_episodes (5000) must be <="),
+    ],
+)
+def test_bad_env_input_is_refused_before_anything_is_written(
+    tmp_path: Path, overrides: dict[str, str], problem: str
+) -> None:
+    out = tmp_path / "run"
+    cfg = apply_overrides(pattern(), {"out_dir": str(out), **overrides})
+    with pytest.raises(ConfigError) as e:
+        prepare(cfg)
+    assert problem in str(e.value)
+    assert not out.exists()
