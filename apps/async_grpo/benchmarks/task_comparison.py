@@ -1,0 +1,98 @@
+"""Which first task learns, and how fast: "count" (one answer), "repeat after me" and
+"follow the pattern" (multi-turn), on the tiny model with the same budget and seeds.
+
+Each task runs its preset (`tiny`, `repeat`, `pattern`: the same model, optimizer and batch)
+for `--steps` train steps per seed; the evaluation on held-out tasks runs every
+`--eval-every` steps. A row per run, then per task the mean over seeds.
+
+    uv run python apps/async_grpo/benchmarks/task_comparison.py               # 3 seeds, 300 steps
+    uv run python apps/async_grpo/benchmarks/task_comparison.py --seeds 1 --steps 40 --json out.json
+
+`--json PATH` writes rows {"task", "seed", "eval_start", "eval_end", "eval_reached_09_step",
+"reward_end", "episodes_per_s", "wall_s"}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from async_grpo.cli import Summary, run
+from async_grpo.config import apply_overrides
+from async_grpo.prepare import prepare
+from async_grpo.presets import PRESETS
+
+TASKS = {"count": "tiny", "repeat": "repeat", "pattern": "pattern"}
+
+
+def bench(task: str, seed: int, steps: int, eval_every: int, out: Path) -> Summary:
+    overrides = {
+        "steps": str(steps),
+        "seed": str(seed),
+        "model.init_seed": str(seed),
+        "eval_every": str(eval_every),
+        "max_minutes": "60",
+        "trace": "false",
+        "out_dir": str(out / f"{task}-{seed}"),
+    }
+    cfg = apply_overrides(PRESETS[TASKS[task]](), overrides)
+    return asyncio.run(run(cfg, prepare(cfg), quiet=True))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--eval-every", type=int, default=20)
+    parser.add_argument("--tasks", default=",".join(TASKS), help="comma-separated subset")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    tasks = args.tasks.split(",")
+    unknown = sorted(set(tasks) - set(TASKS))
+    if unknown:
+        parser.error(f"unknown task(s) {unknown}; known: {sorted(TASKS)}")
+    print(
+        f"tiny model, {args.steps} train steps, {args.seeds} seed(s) per task, "
+        f"eval every {args.eval_every} steps, {os.cpu_count()} CPUs"
+    )
+    header = f"{'task':8} {'seed':>4} {'eval start':>10} {'eval end':>9} {'eval>=0.9 at':>13} "
+    print(header + f"{'episodes/s':>11} {'wall s':>7}")
+    rows: list[dict[str, object]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for task in tasks:
+            for seed in range(args.seeds):
+                s = bench(task, seed, args.steps, args.eval_every, Path(tmp))
+                reached = "-" if s.eval_reached_09_step is None else str(s.eval_reached_09_step)
+                print(
+                    f"{task:8} {seed:4d} {s.eval_start or 0:10.3f} {s.eval_end or 0:9.3f} "
+                    f"{reached:>13} {s.episodes_per_s:11.1f} {s.wall_s:7.0f}",
+                    flush=True,
+                )
+                rows.append(
+                    {
+                        "task": task,
+                        "seed": seed,
+                        "eval_start": s.eval_start,
+                        "eval_end": s.eval_end,
+                        "eval_reached_09_step": s.eval_reached_09_step,
+                        "reward_end": s.reward_end,
+                        "episodes_per_s": s.episodes_per_s,
+                        "wall_s": s.wall_s,
+                    }
+                )
+    print("mean over seeds:")
+    for task in tasks:
+        mine = [r for r in rows if r["task"] == task]
+        end = sum(float(r["eval_end"] or 0.0) for r in mine) / len(mine)  # type: ignore[arg-type,misc]
+        hit = [r["eval_reached_09_step"] for r in mine if r["eval_reached_09_step"] is not None]
+        print(f"  {task:8} final eval {end:.3f}; reached 0.9 in {len(hit)}/{len(mine)} runs {hit}")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
