@@ -99,6 +99,12 @@ FURTHER = [
         ["docs/06_seeing_the_system.md", "docs/engines.md"],
         runs=2,  # `uv run async-grpo report RUN_DIR`, `uv run async-grpo sweep`
     ),
+    Step(
+        "07 environments and tools + example 10",
+        ["docs/07_environments.md"],
+        runs=3,  # example 10, the sandbox command, `uv run async-grpo --preset repeat`
+        examples=["examples/10_multi_turn_env.py"],
+    ),
 ]
 
 
