@@ -5,38 +5,18 @@ bad `--env.*` input refused before anything starts."""
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
-from collections.abc import Callable
 from pathlib import Path
 
-import async_grpo.loop
 import pytest
 from async_grpo.actors.trainer import TrainResult
-from async_grpo.components import Components, spawn_components
-from async_grpo.config import ConfigError, RunConfig, apply_overrides
-from async_grpo.loop import StepCallback
-from async_grpo.metrics import MetricsSink, RunMetrics, StepRow
-from async_grpo.prepare import Prepared, prepare
+from async_grpo.config import ConfigError, apply_overrides
+from async_grpo.metrics import StepRow
+from async_grpo.prepare import prepare
 from async_grpo.presets import calculator, pattern
+from jobs import keep_components, rows, run
 from rl_envs.sandbox import Sandbox, SandboxUnavailableError
-
-
-async def run(
-    cfg: RunConfig, prep: Prepared, on_step: StepCallback, log: Callable[[str], None]
-) -> RunMetrics:
-    sink = MetricsSink(Path(cfg.out_dir))
-    metrics = RunMetrics(cfg.window)
-    try:
-        await async_grpo.loop.run_job(cfg, prep, sink, on_step, metrics, log=log)
-    finally:
-        sink.close()
-    return metrics
-
-
-def rows(out: Path) -> list[dict[str, float]]:
-    return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
 
 
 @pytest.mark.timeout(400)
@@ -46,14 +26,7 @@ def test_pattern_run_warms_up_and_survives_a_killed_environment_replica(
     cfg = pattern()
     cfg.steps, cfg.eval_every, cfg.out_dir = 12, 6, str(tmp_path)
     cfg.buffer.warmup_episodes = 384
-    started: list[Components] = []
-
-    async def spawn_and_keep(*args: object) -> Components:
-        c = await spawn_components(*args)  # type: ignore[arg-type]
-        started.append(c)
-        return c
-
-    monkeypatch.setattr(async_grpo.loop, "spawn_components", spawn_and_keep)
+    started = keep_components(monkeypatch)
     killed: list[int] = []
 
     def on_step(row: StepRow, result: TrainResult) -> None:
