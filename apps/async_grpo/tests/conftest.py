@@ -1,6 +1,7 @@
 """Shared fixtures: one tiny random-init Qwen2 checkpoint written with `save_pretrained`."""
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,9 @@ from async_grpo.tasks import corpus_for
 # Monarch notices a dead process at its supervision poll: 1 s instead of the default 10 s
 # keeps the tests that kill processes short. Set before any test starts Monarch here.
 os.environ.setdefault("HYPERACTOR_MESH_SUPERVISION_POLL_FREQUENCY", "1s")
+
+# Test helpers (`jobs`, `synthetic_runs`) live beside this file.
+sys.path.insert(0, os.path.dirname(__file__))
 
 TEST_ARCH = ArchSpec(
     hidden_size=32,

@@ -89,7 +89,10 @@ def test_calculator_run_scores_answers_in_the_sandbox(tmp_path: Path) -> None:
     [
         ({"env.tasks": "chess"}, "unknown environment 'chess'; known: calculator, pattern, repeat"),
         ({"env.tasks": "pattern:-2"}, "the weight of 'pattern' must be finite and >= 0"),
-        ({"env.tasks": "pattern", "env.level": "9"}, "env.level 9 is above 'pattern'"),
+        (
+            {"env.tasks": "pattern", "env.level": "9"},
+            "env.level 9 is above the top level of 'pattern' (4)",
+        ),
         ({"env.tasks": "pattern", "data.path": "x.jsonl"}, "env.tasks and a dataset"),
         ({"env.step_timeout_s": "0"}, "env.step_timeout_s must be > 0"),
         ({"env.max_turns": "0"}, "env.max_turns must be >= 1"),

@@ -64,7 +64,7 @@ def check_env_config(cfg: EnvConfig) -> dict[str, float]:
     for name in weights:
         if cfg.level > max_level(name):
             raise ValueError(
-                f"env.level {cfg.level} is above {name!r}'s max level {max_level(name)}"
+                f"env.level {cfg.level} is above the top level of {name!r} ({max_level(name)})"
             )
         if name in SANDBOXED:
             try:
