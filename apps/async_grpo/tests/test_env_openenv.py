@@ -75,7 +75,7 @@ def test_openenv_episodes_through_the_app_rollout(server: str, tmp_path: Path) -
     async def oracle(contexts: list[list[int]]) -> list[Completion]:
         # Says the word the server asked for: the last token of the conversation so far.
         return [
-            Completion("", tokenizer.decode([c[-1]]), [], [c[-1]], [-0.5], False, 3)
+            Completion("", str(tokenizer.decode([c[-1]])), [], [c[-1]], [-0.5], False, 3)
             for c in contexts
         ]
 

@@ -24,8 +24,10 @@ from rl_envs import (
     run_episode,
 )
 
-# A toy encoding: each character of the environment's text is one token (its code point).
-ENCODE = lambda text: [ord(ch) for ch in text]  # noqa: E731
+
+def encode(text: str) -> list[int]:
+    """A toy encoding: each character of the environment's text is one token (its code point)."""
+    return [ord(ch) for ch in text]
 
 
 def turn(ids: list[int], logprobs: list[float], version: int, text: str = "w") -> Completion:
@@ -49,7 +51,7 @@ def test_loss_mask_covers_exactly_the_policy_tokens() -> None:
     # prompt "ab" | policy [7, 8] | env "c" | policy [9] | env "de" (after the last turn: cut)
     rec = record([(turn([7, 8], [-0.5, -0.25], 3), 0.5, "c"), (turn([9], [-1.0], 2), 0.25, "de")])
     other = record([(turn([5], [-2.0], 4), 0.0, "c"), (turn([6], [-0.1], 4), 0.0, "")])
-    episodes, dropped = records_to_episodes([[rec, other]], itertools.count(7), ENCODE)
+    episodes, dropped = records_to_episodes([[rec, other]], itertools.count(7), encode)
     assert dropped == 0
     e = episodes[0]
     assert e.prompt_ids.tolist() == [ord("a"), ord("b")]
@@ -73,19 +75,19 @@ def test_a_group_with_a_failed_episode_is_dropped_whole() -> None:
         Task("repeat", 1), error=EpisodeError("replica_died", "gone", 1)
     )
     good_group = [ok, ok]
-    episodes, dropped = records_to_episodes([[ok, failed], good_group], itertools.count(), ENCODE)
+    episodes, dropped = records_to_episodes([[ok, failed], good_group], itertools.count(), encode)
     assert dropped == 2
     assert len(episodes) == 2
     assert {e.group_id for e in episodes} == {0}
     # Equal returns: exactly zero advantage.
     assert [e.advantage for e in episodes] == [0.0, 0.0]
-    assert records_to_episodes([[failed, failed]], itertools.count(), ENCODE) == ([], 2)
+    assert records_to_episodes([[failed, failed]], itertools.count(), encode) == ([], 2)
 
 
 def test_groups_of_different_sizes_are_refused() -> None:
     ok = record([(turn([1], [-1.0], 0), 1.0, "")])
     with pytest.raises(ValueError, match="same number of episodes"):
-        records_to_episodes([[ok, ok], [ok]], itertools.count(), ENCODE)
+        records_to_episodes([[ok, ok], [ok]], itertools.count(), encode)
 
 
 def test_episode_helpers() -> None:
@@ -118,7 +120,7 @@ def test_turn_batcher_samples_every_turn_of_all_episodes_in_batches() -> None:
     gen = FakeGenerator("apple")
 
     async def main() -> list[EpisodeRecord[Completion]]:
-        batcher = TurnBatcher(gen, ENCODE, len(tasks))
+        batcher = TurnBatcher(gen, encode, len(tasks))
 
         async def one(task: Task) -> EpisodeRecord[Completion]:
             try:
@@ -133,14 +135,14 @@ def test_turn_batcher_samples_every_turn_of_all_episodes_in_batches() -> None:
     assert gen.batches == [6, 6, 4, 2]
     # Each context is the conversation so far: the first is the first observation alone.
     first_obs = records[0].segments[0].text
-    assert gen.contexts[0] == ENCODE(first_obs)
+    assert gen.contexts[0] == encode(first_obs)
 
 
 def test_turn_batcher_passes_a_generator_failure_to_every_episode() -> None:
     gen = FakeGenerator("apple", fail=True)
 
     async def main() -> list[BaseException | EpisodeRecord[Completion]]:
-        batcher = TurnBatcher(gen, ENCODE, 3)
+        batcher = TurnBatcher(gen, encode, 3)
 
         async def one(seed: int) -> EpisodeRecord[Completion]:
             try:
@@ -173,7 +175,7 @@ def test_a_right_answer_policy_gets_full_return_through_the_batcher() -> None:
         (pairs, _) = FollowThePattern.content(task)
         rules.update(dict(pairs))
 
-        batcher = TurnBatcher(generate, ENCODE, 1)
+        batcher = TurnBatcher(generate, encode, 1)
 
         async def policy(conversation: Sequence[Segment[Completion]]) -> PolicyTurn[Completion]:
             env_cue[0] = conversation[-1].text.split("\n")[-1]
