@@ -168,6 +168,26 @@ async def test_samples_the_configured_distribution(
     assert diff.abs().max().item() <= 1e-4, diff.abs().max().item()
 
 
+async def test_continues_multi_turn_contexts(
+    checkpoint: Path, replica: tuple[ProcMesh, Generator]
+) -> None:
+    # One completion per context of token ids (multi-turn conversations so far), whose
+    # log-probs the trainer's recomputation reproduces.
+    _, gen = replica
+    tok = load_tokenizer(str(checkpoint))
+    contexts = [tok(p, add_special_tokens=False)["input_ids"] for p in PROMPTS]
+    contexts[0] = contexts[0] + [tok.eos_token_id] + contexts[-1]  # an earlier turn's end
+    turns = await gen.continue_turns.call_one(contexts)
+    assert len(turns) == len(contexts)
+    for context, c in zip(contexts, turns, strict=True):
+        assert c.prompt_ids == context
+        assert c.prompt == ""
+        assert 1 <= len(c.response_ids) <= SAMPLING.max_new_tokens
+        assert len(c.behavior_logprobs) == len(c.response_ids)
+    diff = recomputed(checkpoint, None, [[c] for c in turns])
+    assert diff.abs().max().item() <= 1e-4, diff.abs().max().item()
+
+
 def perturbed(checkpoint: Path, version: int) -> dict[str, torch.Tensor]:
     torch.manual_seed(version)
     state = load_policy(str(checkpoint)).state_dict()
