@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -306,3 +309,30 @@ def test_filling_dev_shm_stops_at_its_cap(sandbox: Sandbox) -> None:
     assert result.stdout.startswith("[]")  # the host's /dev/shm is not what it sees
     if os.path.isdir("/dev/shm"):
         assert shutil.disk_usage("/dev/shm").used < shm_before + 8 * 2**20
+
+
+def test_a_killed_host_process_leaves_no_sandbox_behind(sandbox: Sandbox) -> None:
+    # The process running the sandbox (an environment replica, say) is SIGKILLed while its
+    # program sleeps: nothing of the sandbox may outlive it. (Before the outer bubblewrap had
+    # a PID namespace of its own, the inner one and the program lived on, reparented to
+    # init: dropping to the sandbox's uid had cleared their parent-death signal.)
+    del sandbox  # skips without bubblewrap
+    host = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from rl_envs import Sandbox, SandboxLimits; "
+            "Sandbox().run('import time; time.sleep(60)', "
+            "limits=SandboxLimits(wall_seconds=60, cpu_seconds=60))",
+        ]
+    )
+    deadline = time.monotonic() + 30
+    while not leftover_processes() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert leftover_processes(), "the sandboxed program never started"
+    os.kill(host.pid, signal.SIGKILL)
+    host.wait()
+    deadline = time.monotonic() + 5
+    while leftover_processes() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert leftover_processes() == [], "a sandbox outlived the process that ran it"

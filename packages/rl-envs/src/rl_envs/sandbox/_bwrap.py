@@ -175,7 +175,12 @@ def command(
     staged = {src: f"/tmp/rl-envs-stage-{i}" for i, (src, _) in enumerate(runtime.stage)}
     outer: list[str] = []
     if staged:
-        outer = [runtime.bwrap, "--dev-bind", "/", "/", "--tmpfs", "/tmp", "--die-with-parent"]
+        # Its own PID namespace: when the host process dies, the outer bubblewrap and its
+        # namespace's init die (--die-with-parent), and the kernel kills everything inside.
+        # (A parent-death signal alone would not reach the inner bubblewrap: dropping to the
+        # sandbox's uid clears it.)
+        outer = [runtime.bwrap, "--dev-bind", "/", "/", "--tmpfs", "/tmp", "--unshare-pid"]
+        outer += ["--die-with-parent"]
         for src, at in staged.items():
             outer += ["--ro-bind", src, at]
     drop: list[str] = []
