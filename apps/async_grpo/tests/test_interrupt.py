@@ -35,7 +35,13 @@ def alive(pid: int) -> bool:
 
 
 def test_sigint_stops_every_process(tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "async_grpo.cli", "--preset", "tiny", "--steps", "100000"]
+    # A test runner started in the background (`cmd &`) ignores SIGINT, and an ignored signal
+    # stays ignored in its children: the run gets Python's Ctrl-C handler back first.
+    restore = (
+        "import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "runpy.run_module('async_grpo.cli', run_name='__main__', alter_sys=True)"
+    )
+    cmd = [sys.executable, "-c", restore, "--preset", "tiny", "--steps", "100000"]
     proc = subprocess.Popen(
         [*cmd, "--log_every", "1", "--out_dir", str(tmp_path)],
         stdout=subprocess.PIPE,
