@@ -21,8 +21,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from async_grpo.arguments import apply_overrides
 from async_grpo.cli import Summary, run
-from async_grpo.config import apply_overrides
 from async_grpo.prepare import prepare
 from async_grpo.presets import PRESETS
 

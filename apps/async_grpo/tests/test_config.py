@@ -3,7 +3,8 @@
 import re
 
 import pytest
-from async_grpo.config import ConfigError, RunConfig, apply_overrides, validate
+from async_grpo.arguments import apply_overrides
+from async_grpo.config import ConfigError, RunConfig, validate
 from async_grpo.grpo import LossConfig
 from async_grpo.presets import ARCHS, PRESETS, tiny
 

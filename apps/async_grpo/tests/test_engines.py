@@ -9,7 +9,8 @@ import importlib.util
 from pathlib import Path
 
 import pytest
-from async_grpo.config import ConfigError, apply_overrides
+from async_grpo.arguments import apply_overrides
+from async_grpo.config import ConfigError
 from async_grpo.engines import check_engine, make_engine
 from async_grpo.prepare import prepare
 from async_grpo.presets import tiny

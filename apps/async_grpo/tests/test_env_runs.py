@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 from async_grpo.actors.trainer import TrainResult
-from async_grpo.config import ConfigError, apply_overrides
+from async_grpo.arguments import apply_overrides
+from async_grpo.config import ConfigError
 from async_grpo.metrics import StepRow
 from async_grpo.prepare import prepare
 from async_grpo.presets import calculator, pattern

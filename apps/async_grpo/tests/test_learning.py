@@ -8,8 +8,8 @@ import asyncio
 import json
 from pathlib import Path
 
+from async_grpo.arguments import apply_overrides
 from async_grpo.cli import run
-from async_grpo.config import apply_overrides
 from async_grpo.prepare import prepare
 from async_grpo.presets import tiny
 

@@ -15,8 +15,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from async_grpo.arguments import apply_overrides
 from async_grpo.cli import run
-from async_grpo.config import apply_overrides
 from async_grpo.prepare import prepare
 from async_grpo.presets import tiny
 from async_grpo.report import load_run, summarize, write_report

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 from async_grpo.actors.generator import Generator
+from async_grpo.arguments import apply_overrides
 from async_grpo.components import Components, TrainerMesh, shutdown, spawn_components, spawn_trainer
-from async_grpo.config import RunConfig, apply_overrides
+from async_grpo.config import RunConfig
 from async_grpo.loop import generate_episode, sync_weights
 from async_grpo.metrics import RunMetrics
 from async_grpo.prepare import prepare

@@ -22,9 +22,10 @@ import monarch.actor
 import pytest
 import torch
 from async_grpo.actors.generator import Generator
+from async_grpo.arguments import apply_overrides
 from async_grpo.batching import pack, sequence_logprobs
 from async_grpo.components import shutdown, spawn_components
-from async_grpo.config import GeneratorConfig, ModelConfig, SamplingConfig, apply_overrides
+from async_grpo.config import GeneratorConfig, ModelConfig, SamplingConfig
 from async_grpo.loop import generate_episode, sync_weights
 from async_grpo.metrics import RunMetrics
 from async_grpo.model import load_policy, load_tokenizer, write_random_checkpoint

@@ -34,7 +34,8 @@ from tqdm import tqdm  # type: ignore[import-untyped]
 
 from async_grpo import tracing
 from async_grpo.actors.trainer import TrainResult
-from async_grpo.config import ConfigError, RunConfig, parse
+from async_grpo.arguments import parse
+from async_grpo.config import ConfigError, RunConfig
 from async_grpo.loop import run_job
 from async_grpo.metrics import MetricsSink, RunMetrics, StepRow
 from async_grpo.prepare import Prepared, prepare
