@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 import pytest
 from async_grpo.config import EnvConfig
+from async_grpo.env_rollout import score_env_eval
 from async_grpo.environments import TaskSource, check_env_config, mean_by_env, parse_env_weights
 from async_grpo.multiturn import TurnBatcher, policy_text, policy_version
 from async_grpo.rollout import records_to_episodes
@@ -233,3 +234,32 @@ def test_task_source_is_deterministic_and_follows_the_curriculum() -> None:
 def test_mean_by_env() -> None:
     tasks = [Task("repeat", 0), Task("pattern", 0), Task("repeat", 1)]
     assert mean_by_env(tasks, [1.0, 0.5, 0.0]) == {"repeat": 0.5, "pattern": 0.5}
+
+
+def test_env_eval_scores_completed_episodes_and_skips_failed_tasks() -> None:
+    def played(env: str, reward: float, version: int) -> EpisodeRecord[Completion]:
+        segments: list[Segment[Completion]] = [
+            Segment("environment", "go"),
+            Segment("policy", "w", turn([1], [-1.0], version), reward),
+        ]
+        return EpisodeRecord(Task(env, 0, "eval"), tuple(segments), done=True)
+
+    failed = EpisodeRecord[Completion](
+        Task("pattern", 1, "eval"), error=EpisodeError("replica_died", "gone", 0)
+    )
+    tasks = [Task("repeat", 0, "eval"), Task("pattern", 0, "eval"), Task("pattern", 1, "eval")]
+    groups = [
+        [played("repeat", 1.0, 4), played("repeat", 0.5, 3)],  # task score 0.75
+        [played("pattern", 0.25, 5), failed],  # the completed one only: 0.25
+        [failed, failed],  # nothing completed: left out, not scored 0
+    ]
+    scored = score_env_eval(7, tasks, groups)
+    assert scored is not None
+    result, by_env = scored
+    assert result.step == 7
+    assert result.version == 3
+    assert result.reward == pytest.approx(0.5)  # (0.75 + 0.25) / 2 tasks
+    assert result.exact == pytest.approx(1 / 3)  # one full return among 3 completed
+    assert [label for label, _ in result.per_prompt] == ["repeat L0 #0", "pattern L0 #0"]
+    assert by_env == pytest.approx({"repeat": 0.75, "pattern": 0.25})
+    assert score_env_eval(7, tasks[2:], groups[2:]) is None

@@ -4,7 +4,7 @@ counterparts of `loop.generate_episode` and `evaluation.prompt_eval`."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from rl_envs import Task
 from transformers import PreTrainedTokenizerBase
@@ -71,6 +71,36 @@ async def generate_env_episodes(
     return len(episodes)
 
 
+def score_env_eval(
+    step: int, tasks: Sequence[Task], groups: Sequence[Sequence[Record]]
+) -> tuple[EvalResult, dict[str, float]] | None:
+    """Folds one evaluation's episodes (a group per task) into a result, and each
+    environment's score for its curriculum. A task's score is the mean return of its
+    completed episodes; the result's `reward` averages tasks, `exact` is the share of
+    completed episodes with a full return, `version` the oldest that sampled a turn. A task
+    whose episodes all failed (its environment replica died) is left out rather than scored
+    0; when every episode failed there is no result (None)."""
+    per_task: list[tuple[Task, float]] = []
+    full: list[float] = []
+    versions: list[int] = []
+    for task, group in zip(tasks, groups, strict=True):
+        done = [r for r in group if r.ok]
+        if done:
+            per_task.append((task, sum(r.reward for r in done) / len(done)))
+            full += [float(r.reward >= 1.0 - 1e-9) for r in done]
+            versions += [policy_version(r) for r in done]
+    if not per_task:
+        return None
+    result = EvalResult(
+        step=step,
+        version=min(versions),
+        reward=sum(v for _, v in per_task) / len(per_task),
+        exact=sum(full) / len(full),
+        per_prompt=tuple((f"{t.env} L{t.level} #{t.seed}", v) for t, v in per_task),
+    )
+    return result, mean_by_env([t for t, _ in per_task], [v for _, v in per_task])
+
+
 def env_eval(
     c: Components,
     cfg: RunConfig,
@@ -79,36 +109,20 @@ def env_eval(
     log: Callable[[str], None],
 ) -> EvalFn:
     """Evaluation on each environment's held-out tasks at its current level: the first
-    `eval_prompts` of them, `group_size` episodes each. The score is the mean return per
-    task, averaged over tasks; `exact` the share of episodes with a full return. Each
+    `eval_prompts` of them, `group_size` episodes each, scored by `score_env_eval`. Each
     environment's score then feeds its curriculum (with `--env.curriculum`)."""
 
-    async def run(step: int) -> EvalResult:
+    async def run(step: int) -> EvalResult | None:
         tasks = source.eval_tasks(cfg.eval_prompts)
         groups = await _play(c, cfg, encode, tasks)
-        per_task: list[tuple[str, float]] = []
-        full: list[float] = []
-        versions: list[int] = []
-        for task, group in zip(tasks, groups, strict=True):
-            done = [r for r in group if r.ok]
-            per_task.append(
-                (f"{task.env} L{task.level} #{task.seed}", _mean([r.reward for r in done]))
-            )
-            full += [float(r.reward >= 1.0 - 1e-9) for r in done]
-            versions += [policy_version(r) for r in done]
-        for name, change in source.report(mean_by_env(tasks, [v for _, v in per_task])):
+        scored = score_env_eval(step, tasks, groups)
+        if scored is None:
+            log(f"[evaluation after step {step}: every episode failed; not recorded]")
+            return None
+        result, by_env = scored
+        for name, change in source.report(by_env):
             to = change.level + 1
             log(f"[{name}: eval {change.score:.2f} at level {change.level}; now level {to}]")
-        return EvalResult(
-            step=step,
-            version=min(versions, default=-1),
-            reward=_mean([v for _, v in per_task]),
-            exact=_mean(full),
-            per_prompt=tuple(per_task),
-        )
+        return result
 
     return run
-
-
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values) if values else 0.0

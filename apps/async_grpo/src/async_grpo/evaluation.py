@@ -1,4 +1,5 @@
-"""Evaluating the policy itself while it trains.
+"""Evaluating the policy itself while it trains (on prompts here; on environments'
+held-out tasks in `env_rollout.env_eval`).
 
 The training window (the last `window` generated episodes) mixes whichever prompts were drawn
 lately: with 16 answers per prompt, a 64-episode window holds 4 prompts, and it swings with
@@ -49,8 +50,9 @@ def score_eval(
     )
 
 
-EvalFn = Callable[[int], Awaitable[EvalResult]]
-"""Runs one evaluation, requested after train step `step`."""
+EvalFn = Callable[[int], Awaitable[EvalResult | None]]
+"""Runs one evaluation, requested after train step `step`; None when it has nothing to
+score (every multi-turn episode failed)."""
 
 
 def prompt_eval(
@@ -58,7 +60,7 @@ def prompt_eval(
 ) -> EvalFn:
     """Evaluation on fixed prompts: `group_size` samples each, scored by the reward service."""
 
-    async def run(step: int) -> EvalResult:
+    async def run(step: int) -> EvalResult | None:
         groups = await generator.endpoint(Generator.generate).route([s.prompt for s in prompts])
         texts = [c.text for group in groups for c in group]
         targets = [s.target for s, group in zip(prompts, groups, strict=True) for _ in group]
@@ -70,16 +72,17 @@ def prompt_eval(
 
 class Evaluator:
     """Runs evaluations (`run`), at most one at a time, in the background; each finished
-    one is appended to `metrics.evals`."""
+    one with a result is appended to `metrics.evals`."""
 
     def __init__(self, run: EvalFn, metrics: RunMetrics) -> None:
         self._run, self._metrics = run, metrics
-        self._task: asyncio.Task[EvalResult] | None = None
+        self._task: asyncio.Task[EvalResult | None] | None = None
 
-    async def evaluate(self, step: int) -> EvalResult:
+    async def evaluate(self, step: int) -> EvalResult | None:
         """One evaluation now."""
         result = await self._run(step)
-        self._metrics.evals.append(result)
+        if result is not None:
+            self._metrics.evals.append(result)
         return result
 
     def request(self, step: int) -> None:
@@ -91,7 +94,7 @@ class Evaluator:
             self._task.result()
         self._task = asyncio.create_task(self.evaluate(step))
 
-    async def final(self, step: int) -> EvalResult:
+    async def final(self, step: int) -> EvalResult | None:
         """Waits for a running evaluation, then evaluates the generators' current weights."""
         if self._task is not None:
             await self._task
