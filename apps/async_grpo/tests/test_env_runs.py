@@ -98,6 +98,7 @@ def test_calculator_run_scores_answers_in_the_sandbox(tmp_path: Path) -> None:
         ({"env.step_timeout_s": "0"}, "env.step_timeout_s must be > 0"),
         ({"env.max_turns": "0"}, "env.max_turns must be >= 1"),
         ({"env.curriculum": "1.5"}, "env.curriculum must be in [0, 1]"),
+        ({"eval_prompts": "65"}, "eval_prompts (65) is more than the 64 held-out tasks of"),
         ({"buffer.warmup_episodes": "5000"}, "buffer.warmup_episodes (5000) must be <="),
     ],
 )

@@ -204,7 +204,7 @@ def test_env_weights_parse_and_refuse_bad_specs() -> None:
         with pytest.raises(ValueError, match=problem.replace("(", r"\(")):
             parse_env_weights(spec)
     with pytest.raises(ValueError, match=r"env\.level 5 is above the top level of 'pattern' \(4\)"):
-        check_env_config(EnvConfig(tasks="pattern", level=5))
+        check_env_config(EnvConfig(tasks="pattern", level=5), eval_prompts=8)
 
 
 def test_task_source_is_deterministic_and_follows_the_curriculum() -> None:

@@ -53,10 +53,19 @@ def max_level(name: str) -> int:
     return int(getattr(resolve(name), "max_level", 0))
 
 
-def check_env_config(cfg: EnvConfig) -> dict[str, float]:
+def held_out_size(name: str) -> int | None:
+    """How many held-out evaluation tasks environment `name` keeps per level (its
+    `eval_size`); None for one that declares no held-out set (its evaluation tasks are
+    then only told apart from training tasks by their split)."""
+    size = getattr(resolve(name), "eval_size", None)
+    return int(size) if isinstance(size, int) else None
+
+
+def check_env_config(cfg: EnvConfig, eval_prompts: int) -> dict[str, float]:
     """The parsed `tasks` of an env config, after checking what the run will need: each
-    level in range, and bubblewrap for a sandboxed environment. A `ValueError` names the
-    problem (the caller turns it into a config error)."""
+    level in range, `eval_prompts` within each held-out set (more would evaluate on tasks
+    training may have drawn), and bubblewrap for a sandboxed environment. A `ValueError`
+    names the problem (the caller turns it into a config error)."""
     try:
         weights = parse_env_weights(cfg.tasks)
     except ValueError as e:
@@ -65,6 +74,12 @@ def check_env_config(cfg: EnvConfig) -> dict[str, float]:
         if cfg.level > max_level(name):
             raise ValueError(
                 f"env.level {cfg.level} is above the top level of {name!r} ({max_level(name)})"
+            )
+        size = held_out_size(name)
+        if size is not None and eval_prompts > size:
+            raise ValueError(
+                f"eval_prompts ({eval_prompts}) is more than the {size} held-out tasks of "
+                f"{name!r}: the others could have been trained on"
             )
         if name in SANDBOXED:
             try:
@@ -100,6 +115,7 @@ class TaskSource:
         self.weights = parse_env_weights(cfg.tasks)
         self.mixture = TaskMixture(self.weights, seed=seed)
         self.curricula = {
+            # Without `--env.curriculum` the threshold is never consulted (`report` returns).
             name: Curriculum(max_level(name), threshold=cfg.curriculum or 1.0, start=cfg.level)
             for name in self.weights
         }
@@ -118,10 +134,14 @@ class TaskSource:
         current level (the same tasks each time while the level stays)."""
         tasks: list[Task] = []
         for name, weight in self.weights.items():
-            if weight > 0:
-                tasks += [
-                    Task(name, seed, "eval", self.curricula[name].level) for seed in range(per_env)
-                ]
+            if weight == 0:
+                continue
+            level = self.curricula[name].level
+            held_out = getattr(resolve(name), "eval_tasks", None)  # GeneratedEnvironment's
+            if held_out is not None:
+                tasks += list(held_out(level))[:per_env]
+            else:
+                tasks += [Task(name, seed, "eval", level) for seed in range(per_env)]
         return tasks
 
     def report(self, scores: dict[str, float]) -> list[tuple[str, LevelChange]]:

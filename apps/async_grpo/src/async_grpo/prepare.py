@@ -98,7 +98,7 @@ def prepare(cfg: RunConfig) -> Prepared:
     env_text: list[str] = []  # what the environments say, for a built tokenizer
     if cfg.env.tasks:
         try:
-            weights = check_env_config(cfg.env)
+            weights = check_env_config(cfg.env, cfg.eval_prompts)
             env_text = env_corpus(weights) if build else []
         except ValueError as e:
             raise ConfigError(str(e)) from None
