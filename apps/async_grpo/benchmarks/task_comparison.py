@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import tempfile
@@ -27,6 +28,31 @@ from async_grpo.prepare import prepare
 from async_grpo.presets import PRESETS
 
 TASKS = {"count": "tiny", "repeat": "repeat", "pattern": "pattern"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One run: the evaluation (mean return on held-out tasks, in [0, 1]) before training
+    and at the end, the first step whose evaluation reached 0.9 (None: never), the training
+    window's reward at the end, trained episodes per second and wall seconds."""
+
+    task: str
+    seed: int
+    eval_start: float
+    eval_end: float
+    eval_reached_09_step: int | None
+    reward_end: float
+    episodes_per_s: float
+    wall_s: float
+
+    @classmethod
+    def of(cls, task: str, seed: int, s: Summary) -> Row:
+        if s.eval_start is None or s.eval_end is None:
+            raise RuntimeError(f"{task} seed {seed}: the run recorded no evaluation")
+        return cls(
+            task, seed, s.eval_start, s.eval_end, s.eval_reached_09_step, s.reward_end,
+            s.episodes_per_s, s.wall_s,
+        )  # fmt: skip
 
 
 def bench(task: str, seed: int, steps: int, eval_every: int, out: Path) -> Summary:
@@ -51,6 +77,9 @@ def main() -> None:
     parser.add_argument("--tasks", default=",".join(TASKS), help="comma-separated subset")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
+    for flag in ("steps", "seeds", "eval_every"):
+        if getattr(args, flag) < 1:
+            parser.error(f"--{flag.replace('_', '-')} must be >= 1")
     tasks = args.tasks.split(",")
     unknown = sorted(set(tasks) - set(TASKS))
     if unknown:
@@ -61,37 +90,26 @@ def main() -> None:
     )
     header = f"{'task':8} {'seed':>4} {'eval start':>10} {'eval end':>9} {'eval>=0.9 at':>13} "
     print(header + f"{'episodes/s':>11} {'wall s':>7}")
-    rows: list[dict[str, object]] = []
+    rows: list[Row] = []
     with tempfile.TemporaryDirectory() as tmp:
         for task in tasks:
             for seed in range(args.seeds):
-                s = bench(task, seed, args.steps, args.eval_every, Path(tmp))
-                reached = "-" if s.eval_reached_09_step is None else str(s.eval_reached_09_step)
+                row = Row.of(task, seed, bench(task, seed, args.steps, args.eval_every, Path(tmp)))
+                reached = "-" if row.eval_reached_09_step is None else row.eval_reached_09_step
                 print(
-                    f"{task:8} {seed:4d} {s.eval_start or 0:10.3f} {s.eval_end or 0:9.3f} "
-                    f"{reached:>13} {s.episodes_per_s:11.1f} {s.wall_s:7.0f}",
+                    f"{task:8} {seed:4d} {row.eval_start:10.3f} {row.eval_end:9.3f} "
+                    f"{reached:>13} {row.episodes_per_s:11.1f} {row.wall_s:7.0f}",
                     flush=True,
                 )
-                rows.append(
-                    {
-                        "task": task,
-                        "seed": seed,
-                        "eval_start": s.eval_start,
-                        "eval_end": s.eval_end,
-                        "eval_reached_09_step": s.eval_reached_09_step,
-                        "reward_end": s.reward_end,
-                        "episodes_per_s": s.episodes_per_s,
-                        "wall_s": s.wall_s,
-                    }
-                )
+                rows.append(row)
     print("mean over seeds:")
     for task in tasks:
-        mine = [r for r in rows if r["task"] == task]
-        end = sum(float(r["eval_end"] or 0.0) for r in mine) / len(mine)  # type: ignore[arg-type,misc]
-        hit = [r["eval_reached_09_step"] for r in mine if r["eval_reached_09_step"] is not None]
+        mine = [r for r in rows if r.task == task]
+        end = sum(r.eval_end for r in mine) / len(mine)
+        hit = [r.eval_reached_09_step for r in mine if r.eval_reached_09_step is not None]
         print(f"  {task:8} final eval {end:.3f}; reached 0.9 in {len(hit)}/{len(mine)} runs {hit}")
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=2) + "\n")
+        args.json.write_text(json.dumps([dataclasses.asdict(r) for r in rows], indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -82,7 +82,8 @@ def test_calculator_run_scores_answers_in_the_sandbox(tmp_path: Path) -> None:
     assert all(0.0 <= r <= 1.0 for r in metrics.rewards)
     shown = metrics.examples(8)
     assert shown
-    assert all(1 <= s.response.count(" | ") + 1 <= 2 for s in shown)
+    # One attempt or two: the policy turns of an episode, joined with " | ".
+    assert all(s.response.count(" | ") <= 1 for s in shown)
 
 
 @pytest.mark.parametrize(
