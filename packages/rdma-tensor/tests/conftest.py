@@ -16,6 +16,10 @@ import pytest
 from monarch.actor import MeshFailure, ProcMesh, this_host
 
 os.environ.setdefault("HYPERACTOR_MESH_SUPERVISION_POLL_FREQUENCY", "1s")
+# Every process is on this machine unless a test declares otherwise (test_cross_host.py): a
+# developer's RDMA_TENSOR_MACHINE_ID must not leak in. Removed before anything fixes this
+# process's identity (see rdma_tensor.machine), and so before any process is spawned.
+os.environ.pop("RDMA_TENSOR_MACHINE_ID", None)
 
 # The test actors live in `sync_actors.py` beside this file (pickled by value to the spawned
 # processes, which cannot import this directory).

@@ -35,6 +35,7 @@ from rdma_tensor import (
 )
 from rdma_tensor import _shm as shm
 from rdma_tensor._owner import FdRef
+from rdma_tensor.machine import this_machine
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -118,8 +119,21 @@ class Owner(Actor):
         self.shared.close()
 
 
+@dataclass(frozen=True)
+class WhoAmI:
+    """Where a process runs: `host`, the pid of the Monarch host process that spawned it, and
+    the machine id it declared (`RDMA_TENSOR_MACHINE_ID`, "" if none)."""
+
+    host: int
+    machine_id: str
+
+
 class Reader(Actor):
     """Reads handles into fresh tensors and sends them back."""
+
+    @endpoint
+    async def whoami(self) -> WhoAmI:
+        return WhoAmI(os.getppid(), this_machine().machine_id)
 
     @endpoint
     async def read(
@@ -137,11 +151,22 @@ class Reader(Actor):
 
     @endpoint
     async def read_error(self, handle: TensorHandle, dst: torch.Tensor) -> str:
-        try:
-            await handle.read_into(dst, timeout=5)
-        except Exception as e:
-            return f"{type(e).__name__}: {e}"
-        return "no error"
+        return await _read_error(handle, dst, None)
+
+    @endpoint
+    async def read_error_forced(
+        self, handle: TensorHandle, dst: torch.Tensor, transport: Transport
+    ) -> str:
+        return await _read_error(handle, dst, transport)
+
+
+async def _read_error(handle: TensorHandle, dst: torch.Tensor, transport: Transport | None) -> str:
+    """The error a read raises, as "ErrorType: message" ("no error" if it succeeded)."""
+    try:
+        await handle.read_into(dst, timeout=5, transport=transport)
+    except Exception as e:
+        return f"{type(e).__name__}: {e}"
+    return "no error"
 
 
 class Trainer(WeightPublisher):

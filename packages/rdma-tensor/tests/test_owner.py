@@ -10,7 +10,8 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from rdma_tensor._owner import Control, OwnerState, is_local, owner_state, this_machine
+from rdma_tensor._owner import Control, OwnerState, is_local, owner_state
+from rdma_tensor.machine import this_machine
 
 CHILD = """
 import pickle, sys

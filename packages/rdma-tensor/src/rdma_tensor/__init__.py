@@ -14,7 +14,9 @@ RDMA across machines).
 The parts of a manifest (`BucketLayout`, `TensorEntry`, `SlotRef`) live in
 `rdma_tensor.manifest`; the building blocks for libraries that plan their own reads on
 handles (`check_owner`, `choose_transport`, `local_tensor`, `transport_override`) in
-`rdma_tensor.lowlevel`.
+`rdma_tensor.lowlevel`. Which pairs of processes count as one machine (shared memory) and
+which as two (RDMA), and how a process declares a machine of its own
+(`RDMA_TENSOR_MACHINE_ID`), is `rdma_tensor.machine`.
 """
 
 from rdma_tensor.actors import WeightPublisher, WeightSubscriber

@@ -1,7 +1,7 @@
 """Who owns a piece of shared memory, and whether that owner is still there.
 
-A reader learns that it runs on the owner's machine by comparing hostname and kernel boot id
-(a hostname alone is not unique across containers or reboots). Liveness needs no heartbeat:
+A reader learns that it runs on the owner's machine by comparing `Machine`s (hostname, kernel
+boot id and declared machine id; see `rdma_tensor.machine`). Liveness needs no heartbeat:
 every owner holds a tiny control file (an anonymous memfd) open; closing the handle closes it,
 and the kernel closes it when the process dies. A reader on the same machine stats
 `/proc/<pid>/fd/<fd>` (a few microseconds) and compares the inode. Once that fails, "closed"
@@ -15,17 +15,9 @@ from __future__ import annotations
 
 import enum
 import os
-import socket
 from dataclasses import dataclass
-from functools import cache
 
-
-@dataclass(frozen=True)
-class Machine:
-    """One booted kernel: hostname plus `/proc/sys/kernel/random/boot_id`."""
-
-    hostname: str
-    boot_id: str
+from rdma_tensor.machine import Machine, same_machine, this_machine
 
 
 @dataclass(frozen=True)
@@ -65,16 +57,6 @@ class OwnerState(enum.Enum):
     DEAD = "dead"
 
 
-@cache
-def this_machine() -> Machine:
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            boot_id = f.read().strip()
-    except OSError:  # not Linux-like: the hostname is all we have
-        boot_id = ""
-    return Machine(socket.gethostname(), boot_id)
-
-
 def _start_ticks(pid: int) -> int | None:
     """Field 22 of /proc/<pid>/stat, or None for a missing or zombie process."""
     try:
@@ -97,7 +79,7 @@ def this_process() -> ProcessRef:
 
 def is_local(process: ProcessRef) -> bool:
     """Whether `process` runs on this machine (so its memory can be mapped here)."""
-    return process.machine == this_machine()
+    return same_machine(process.machine, this_machine())
 
 
 def is_this_process(process: ProcessRef) -> bool:

@@ -63,7 +63,7 @@ async def pull_rdma(manifest: Manifest, plan: Plan, goal: Goal) -> Outcome:
             if local:
                 check_owner(owner)
             raise TransportError(
-                f"RDMA read from the publisher on {owner.process.machine.hostname!r} failed "
+                f"RDMA read from the publisher on {owner.process.machine} failed "
                 f"(closed, dead or unreachable): {e}"
             ) from e
 

@@ -27,6 +27,7 @@ from rdma_tensor.errors import (
     PublisherDiedError,
     TransportError,
 )
+from rdma_tensor.machine import this_machine
 from rdma_tensor.transport import Transport, transport_override
 
 if TYPE_CHECKING:
@@ -116,7 +117,8 @@ class TensorHandle:
 def choose_transport(handle: TensorHandle, requested: Transport | None = None) -> Transport:
     """The transport for reading `handle` here: `requested`, else the owner's forced one,
     else this process's `RDMA_TENSOR_TRANSPORT`, else the best one available (`SHM` or
-    `CUDA_IPC` on the owner's machine, `RDMA` elsewhere).
+    `CUDA_IPC` on the owner's machine, `RDMA` elsewhere; `rdma_tensor.machine.same_machine`
+    of the owner's `Machine` and this process's decides which).
 
     Raises `TransportError` when the requested or forced transport cannot reach the owner's
     memory from here, or when nothing can.
@@ -132,10 +134,10 @@ def choose_transport(handle: TensorHandle, requested: Transport | None = None) -
         return Transport.CUDA_IPC
     if handle.rdma is not None:
         return Transport.RDMA
-    where = handle.owner.process.machine.hostname
     raise TransportError(
-        f"tensor owned by pid {handle.owner.process.pid} on {where!r} is not on this machine "
-        f"and has no RDMA buffer ({handle.rdma_unavailable or 'not registered'})"
+        f"tensor owned by pid {handle.owner.process.pid} on {handle.owner.process.machine} is "
+        f"not on this machine ({this_machine()}) and has no RDMA buffer "
+        f"({handle.rdma_unavailable or 'not registered'})"
     )
 
 
@@ -156,8 +158,8 @@ def _check_possible(handle: TensorHandle, transport: Transport, local: bool) -> 
         )
     if not local:
         raise TransportError(
-            f"{transport.value} needs the owner's machine: owner is on "
-            f"{owner.machine.hostname!r}, this process is not"
+            f"{transport.value} needs the owner's machine: owner is on {owner.machine}, "
+            f"this process on {this_machine()} (see rdma_tensor.machine)"
         )
     if transport is Transport.CUDA_IPC and not torch.cuda.is_available():
         raise TransportError("cuda_ipc requested but CUDA is not available in this process")

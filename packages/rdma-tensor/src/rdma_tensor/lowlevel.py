@@ -17,6 +17,10 @@ does, uses it to copy straight out of a same-machine owner's memory:
   same-machine owner closed its memory or died.
 - `transport_override(explicit=None, *, device=None)`: the forced transport (the argument,
   else the `ENV_VAR` environment variable, `RDMA_TENSOR_TRANSPORT`), or None.
+
+`choose_transport` decides "the owner's machine" with `rdma_tensor.machine.same_machine` on
+the owner's `Machine` (in `handle.owner.process.machine`) and this process's
+(`this_machine()`), so a library built on it follows `RDMA_TENSOR_MACHINE_ID` for free.
 """
 
 from rdma_tensor.handle import check_owner, choose_transport, local_tensor
