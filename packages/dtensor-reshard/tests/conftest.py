@@ -25,6 +25,10 @@ from torch.testing._internal.distributed.fake_pg import FakeStore
 # The test actors live in `reshard_actors.py` beside this file (pickled by value to the
 # spawned processes, which cannot import this directory).
 sys.path.insert(0, os.path.dirname(__file__))
+# Every process is on this machine unless a test declares otherwise (test_cross_host.py): a
+# developer's RDMA_TENSOR_MACHINE_ID must not leak in (removed before anything fixes this
+# process's identity, see rdma_tensor.machine, and before any process is spawned).
+os.environ.pop("RDMA_TENSOR_MACHINE_ID", None)
 
 WORLD_SIZE = 16
 

@@ -19,6 +19,7 @@ from dtensor_reshard import (
     ReshardPlan,
     ShardedManifest,
     ShardedPublisher,
+    ShardedPullResult,
     ShardManifest,
     SourceExport,
     pull,
@@ -26,6 +27,7 @@ from dtensor_reshard import (
 )
 from monarch.actor import Actor, endpoint
 from rdma_tensor import Transport
+from rdma_tensor.machine import this_machine
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Shard, distribute_tensor
@@ -264,5 +266,39 @@ class UnshardedGenerator(Actor):
         return result.version, result.bytes_read
 
     @endpoint
+    async def update_result(self, manifest: ShardedManifest) -> ShardedPullResult:
+        return await pull(manifest, into=dict(self.model.state_dict()))
+
+    @endpoint
+    async def machine_id(self) -> str:
+        """The machine id this process declared (`RDMA_TENSOR_MACHINE_ID`), "" if none."""
+        return this_machine().machine_id
+
+    @endpoint
     async def weights(self) -> dict[str, torch.Tensor]:
         return {n: t.clone() for n, t in self.model.state_dict().items()}
+
+
+@dataclass(frozen=True)
+class PlanPullOutcome:
+    """A `pull_plan` as the controller sees it: the destination shard and stats, or the
+    error's type and message (then `shard` is the destination as the failed pull left it)."""
+
+    shard: torch.Tensor
+    stats: PullStats | None
+    error: str
+
+
+class PlanPuller(Actor):
+    """A destination rank holding one plain local shard (no process group)."""
+
+    @endpoint
+    async def pull(
+        self, plan: ReshardPlan, dst_rank: int, exports: list[SourceExport], name: str
+    ) -> PlanPullOutcome:
+        shard = torch.full(plan.local_shapes(dst_rank, "destination")[name], SENTINEL)
+        try:
+            stats = await pull_plan(plan, dst_rank, exports, {name: shard})
+        except Exception as e:
+            return PlanPullOutcome(shard, None, f"{type(e).__name__}: {e}")
+        return PlanPullOutcome(shard, stats, "")

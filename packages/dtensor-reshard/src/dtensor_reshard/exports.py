@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
-from rdma_tensor import TensorHandle
+from rdma_tensor import TensorHandle, Transport
 from torch.distributed.tensor import DTensor
 
 from dtensor_reshard.errors import ReshardError
@@ -68,12 +68,16 @@ class PullStats:
         bytes_local: bytes copied from co-located sources in this process.
         reads: handle reads (staged mode) or box copies (direct mode) issued.
         seconds: wall-clock time of the pull, validation included.
+        transports: the rdma-tensor transports that carried `bytes_read` (`SHM` or
+            `CUDA_IPC` from sources on this machine, `RDMA` from sources on others; see
+            `rdma_tensor.machine`); empty when nothing was read from another process.
     """
 
     bytes_read: int
     bytes_local: int
     reads: int
     seconds: float
+    transports: frozenset[Transport] = frozenset()
 
 
 def local_shards(

@@ -8,8 +8,9 @@ import time
 from collections.abc import Mapping, Sequence
 
 import torch
-from rdma_tensor import StaleVersionError, TensorHandle, Transport
+from rdma_tensor import StaleVersionError, TensorHandle, Transport, TransportError
 from rdma_tensor.lowlevel import check_owner, choose_transport, local_tensor
+from rdma_tensor.machine import this_machine
 
 from dtensor_reshard.errors import ReshardError
 from dtensor_reshard.exports import LOCAL_SOURCES, PullStats, SourceExport, local_shards
@@ -50,16 +51,23 @@ def _reads(plan: ReshardPlan, dst_rank: int, export: SourceExport, name: str) ->
     return any(p.src_rank == export.src_rank and not p.local for p in plan[name].pieces[dst_rank])
 
 
-def _mapped(handle: TensorHandle, src_rank: int) -> torch.Tensor:
-    """A same-machine source shard as a flat tensor of this process (no copy)."""
-    transport = choose_transport(handle)
+def _mapped(handle: TensorHandle, src_rank: int) -> tuple[torch.Tensor, Transport]:
+    """A same-machine source shard as a flat tensor of this process (no copy), and the
+    transport that maps it."""
+    refused = (
+        f"source rank {src_rank} shared its shards in place (direct mode), which only "
+        "destinations on its machine can read, and this one is not"
+    )
+    hint = "publish with PlanPublisher(staged=True) to serve other machines"
+    try:
+        transport = choose_transport(handle)
+    except TransportError as e:  # shared for shm or cuda_ipc only, and not on this machine
+        raise ReshardError(f"{refused}: {e}; {hint}") from e
     if transport is Transport.RDMA:
-        raise ReshardError(
-            f"source rank {src_rank} shared its shards in place (direct mode), which only "
-            "same-machine destinations can read; publish with PlanPublisher(staged=True)"
-        )
+        source, here = handle.owner.process.machine, this_machine()
+        raise ReshardError(f"{refused}: the source is on {source}, this process on {here}; {hint}")
     check_owner(handle.owner)
-    return local_tensor(handle, transport)
+    return local_tensor(handle, transport), transport
 
 
 def _run(copies: list[_Copy]) -> None:
@@ -91,27 +99,30 @@ async def _check_stamps(exports: Sequence[SourceExport]) -> None:
 
 async def _read_buffer(
     handle: TensorHandle, slots: tuple[Slot, ...], out: dict[str, torch.Tensor]
-) -> int:
-    """Reads one whole staging buffer into the destination boxes it feeds."""
-    if len(slots) == 1 or choose_transport(handle) is not Transport.RDMA:
+) -> tuple[int, Transport]:
+    """Reads one whole staging buffer into the destination boxes it feeds; returns the bytes
+    read and the transport that carried them (`choose_transport`: the same decision for
+    every pair of processes as rdma-tensor's own pulls)."""
+    transport = choose_transport(handle)
+    if len(slots) == 1 or transport is not Transport.RDMA:
         # One piece, or a same-machine buffer (any slice of it is one memory copy): each
         # piece straight into its (possibly strided) destination view, no bounce buffer.
         nbytes = 0
         for slot in slots:
             dst = slot.piece.dst_box.view(out[slot.name])
-            nbytes += (await handle.read_into(dst, offset=slot.offset)).nbytes
-        return nbytes
+            nbytes += (await handle.read_into(dst, offset=slot.offset, transport=transport)).nbytes
+        return nbytes, transport
     # RDMABuffer reads whole buffers only: one read into scratch memory, then the pieces.
     some = out[slots[0].name]
     buffer = torch.empty(handle.numel, dtype=some.dtype, device=some.device)
-    result = await handle.read_into(buffer)
+    result = await handle.read_into(buffer, transport=transport)
     with torch.no_grad():
         for slot in slots:
             box = slot.piece.dst_box
             box.view(out[slot.name]).copy_(
                 buffer[slot.offset : slot.offset + box.numel].view(box.sizes)
             )
-    return result.nbytes
+    return result.nbytes, result.transport
 
 
 async def pull_plan(
@@ -142,6 +153,7 @@ async def pull_plan(
     local_copies: list[_Copy] = []
     remote_copies: list[_Copy] = []
     mapped: dict[tuple[int, str], torch.Tensor] = {}
+    transports: set[Transport] = set()
     for name, p in plan.plans:
         for piece in p.pieces[dst_rank]:
             export = by_rank[piece.src_rank]
@@ -156,7 +168,8 @@ async def pull_plan(
                 key = (piece.src_rank, name)
                 if key not in mapped:
                     handle = dict(export.shards)[name]
-                    mapped[key] = _mapped(handle, piece.src_rank)
+                    mapped[key], transport = _mapped(handle, piece.src_rank)
+                    transports.add(transport)
                 source = mapped[key].view(p.src.local_shape(piece.src_rank))
             else:
                 continue
@@ -183,7 +196,11 @@ async def pull_plan(
         asyncio.to_thread(_run, local_copies + remote_copies), asyncio.gather(*reads)
     )
     await _check_stamps(stamped)
-    read_bytes = sum(read) + sum(d.numel() * d.element_size() for d, _ in remote_copies)
+    transports.update(transport for _, transport in read)
+    read_bytes = sum(n for n, _ in read) + sum(
+        d.numel() * d.element_size() for d, _ in remote_copies
+    )
     local_bytes = sum(d.numel() * d.element_size() for d, _ in local_copies)
     issued = len(reads) + len(remote_copies)
-    return PullStats(read_bytes, local_bytes, issued, time.perf_counter() - began)
+    seconds = time.perf_counter() - began
+    return PullStats(read_bytes, local_bytes, issued, seconds, frozenset(transports))

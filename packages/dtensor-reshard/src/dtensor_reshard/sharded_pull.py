@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
+from rdma_tensor import Transport
 from torch.distributed.tensor import DTensor
 
 from dtensor_reshard.errors import ReshardError
@@ -44,6 +45,8 @@ class ShardedPullResult:
             no byte is read twice).
         reads: staging-buffer reads issued (one per source rank and dtype it reads from).
         seconds: wall time of the whole call, checks included.
+        transports: how the bytes came, chosen per source rank (`rdma_tensor.Transport`:
+            `SHM` from sources on this machine, `RDMA` from sources on others).
     """
 
     version: int
@@ -51,6 +54,7 @@ class ShardedPullResult:
     bytes_read: int
     reads: int
     seconds: float
+    transports: frozenset[Transport] = frozenset()
 
 
 async def pull(
@@ -97,7 +101,12 @@ async def pull(
         _give_back(key, staging)
     nbytes = sum(t.numel() * t.element_size() for t in staging.values())
     return ShardedPullResult(
-        source.version, nbytes, stats.bytes_read, stats.reads, time.perf_counter() - began
+        source.version,
+        nbytes,
+        stats.bytes_read,
+        stats.reads,
+        time.perf_counter() - began,
+        stats.transports,
     )
 
 
