@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import time
 
 import cloudpickle  # type: ignore[import-untyped]
 from actor_service import ServiceHandle, non_idempotent
@@ -63,6 +64,36 @@ class Echo(Actor):
         """Like `charge`, but left to the service config to declare non-idempotent."""
         await asyncio.sleep(delay)
         return amount
+
+
+class Stuck(Actor):
+    """Plain (sync) endpoints that block the replica, as a hung one would, in process
+    `hang_on` only. (An actor cannot mix sync and async endpoints, hence its own class.)"""
+
+    @endpoint
+    def pid(self) -> int:
+        return os.getpid()
+
+    @endpoint
+    def work(self, x: int, hang_on: int = -1, seconds: float = 0.0) -> tuple[int, int]:
+        """Returns (x, pid) after `seconds`; never returns in process `hang_on`."""
+        if os.getpid() == hang_on:
+            time.sleep(3600)
+        time.sleep(seconds)
+        return x, os.getpid()
+
+    @non_idempotent
+    @endpoint
+    def pay(self, x: int, hang_on: int = -1) -> tuple[int, int]:
+        """`work` for an endpoint that must not run twice."""
+        if os.getpid() == hang_on:
+            time.sleep(3600)
+        return x, os.getpid()
+
+    @endpoint
+    def slow(self, seconds: float) -> int:
+        time.sleep(seconds)
+        return os.getpid()
 
 
 class Parallel(Actor):

@@ -28,6 +28,19 @@ def test_defaults_are_valid_and_routers_are_per_config() -> None:
         ("router", "round_robin"),
         ("non_idempotent", ["charge"]),
         ("name", "my service"),
+        ("call_timeout_s", 0),
+        ("call_timeout_s", -1.0),
+        ("call_timeout_s", float("nan")),
+        ("call_timeout_s", float("inf")),
+        ("call_timeout_s", "5"),
+        ("call_timeout_s", True),
+        ("endpoint_timeouts", (("generate", 0.0),)),
+        ("endpoint_timeouts", (("generate", float("nan")),)),
+        ("endpoint_timeouts", (("generate", "5"),)),
+        ("endpoint_timeouts", (("generate",),)),
+        ("endpoint_timeouts", ((1, 5.0),)),
+        ("endpoint_timeouts", {"generate": 5.0}),
+        ("endpoint_timeouts", (("generate", 5.0), ("generate", 6.0))),
     ],
 )
 def test_bad_values_name_the_field(field: str, value: object) -> None:
@@ -57,3 +70,21 @@ def test_config_is_frozen() -> None:
 def test_restart_delay_doubles_up_to_the_cap() -> None:
     cfg = ServiceConfig(restart_backoff_s=0.5, restart_backoff_max_s=3.0)
     assert [cfg.restart_delay(n) for n in range(5)] == [0.5, 1.0, 2.0, 3.0, 3.0]
+
+
+def test_timeouts_per_endpoint_replace_the_default() -> None:
+    cfg = ServiceConfig(call_timeout_s=5, endpoint_timeouts=(("generate", 120.0),))
+    assert cfg.timeout_for("generate") == 120.0
+    assert cfg.timeout_for("ping") == 5.0
+    assert ServiceConfig().timeout_for("ping") is None
+    only = ServiceConfig(endpoint_timeouts=(("ping", 1.5),))
+    assert (only.timeout_for("ping"), only.timeout_for("generate")) == (1.5, None)
+
+
+def test_from_dict_accepts_endpoint_timeouts_as_a_table_or_pairs() -> None:
+    table = ServiceConfig.from_dict({"endpoint_timeouts": {"generate": 120.0, "ping": 5}})
+    assert dict(table.endpoint_timeouts) == {"generate": 120.0, "ping": 5}
+    pairs = ServiceConfig.from_dict({"endpoint_timeouts": [["generate", 120.0]]})
+    assert pairs.endpoint_timeouts == (("generate", 120.0),)
+    with pytest.raises(ValueError, match=r"ServiceConfig\.endpoint_timeouts must be"):
+        ServiceConfig.from_dict({"endpoint_timeouts": {"generate": -1}})

@@ -14,33 +14,8 @@ from typing import Any
 
 import pytest
 from actor_service import ReplicaEvent, RoundRobin, Service, ServiceConfig, spawn_service
+from helpers import Recorder
 from service_actors import Echo, StartsOnce
-
-# Monarch notices a dead process at its next supervision poll (1 s here, see conftest.py).
-WAIT_S = 60.0
-
-
-class Recorder:
-    """A listener that keeps every event and the thread it was called on."""
-
-    def __init__(self) -> None:
-        self.events: list[ReplicaEvent] = []
-        self.threads: set[int] = set()
-
-    def __call__(self, event: ReplicaEvent) -> None:
-        self.events.append(event)
-        self.threads.add(threading.get_ident())
-
-    def kinds(self) -> list[tuple[int, str]]:
-        return [(e.replica, e.kind) for e in self.events]
-
-    async def wait_for(self, count: int) -> list[ReplicaEvent]:
-        deadline = time.monotonic() + WAIT_S
-        while len(self.events) < count:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{count} events expected within {WAIT_S} s: {self.kinds()}")
-            await asyncio.sleep(0.05)
-        return list(self.events)
 
 
 def kill_replica(svc: Service[Any], index: int) -> int:
@@ -78,7 +53,7 @@ async def test_a_killed_replica_is_told_as_died_then_up() -> None:
         ]
         assert (status.deaths, status.restarts) == (1, 1)
         assert victim not in status.replicas[1].pids
-        assert "deaths 1 restarts 1" in str(status)
+        assert "deaths 1 hangs 0 restarts 1" in str(status)
         served = {pid for _, pid in await asyncio.gather(*(svc.echo.route(i) for i in range(4)))}
         assert served == {r.pids[0] for r in status.replicas}
         await asyncio.sleep(1.0)

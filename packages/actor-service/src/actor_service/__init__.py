@@ -15,6 +15,7 @@ See the package README for the failure semantics.
 from actor_service.config import ServiceConfig
 from actor_service.endpoint import ServiceEndpoint, Session, non_idempotent
 from actor_service.errors import (
+    CallTimeoutError,
     NoHealthyReplicaError,
     ReplicaDiedError,
     ReplicaStartError,
@@ -31,6 +32,7 @@ from actor_service.service import Service, spawn_service
 __version__ = "0.1.0"
 
 __all__ = [
+    "CallTimeoutError",
     "LeastLoaded",
     "NoHealthyReplicaError",
     "ReplicaDiedError",

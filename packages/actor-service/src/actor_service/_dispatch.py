@@ -19,8 +19,10 @@ from typing import Any
 from monarch._rust_bindings.monarch_hyperactor.supervision import SupervisionError
 
 from actor_service._request import OMITTED, Request
+from actor_service._watchdog import HangWatch
 from actor_service.config import ServiceConfig
 from actor_service.errors import (
+    CallTimeoutError,
     NoHealthyReplicaError,
     ReplicaDiedError,
     ServiceClosedError,
@@ -50,6 +52,7 @@ class Dispatcher:
         self._healthy: list[Replica] = []
         self._waiting: deque[Request] = deque()
         self._wakers: list[asyncio.Future[None]] = []
+        self._watch = HangWatch(config, self._hung)
         self.retried = 0
         self.rejected = 0
         self.accepting = True
@@ -123,9 +126,10 @@ class Dispatcher:
 
     # ------------------------------------------------------------------ sending
     def _send(self, replica: Replica, req: Request) -> None:
-        replica.active.add(req)
+        replica.active[req] = None
         req.replica = replica
         req.task = self._loop.create_task(self._attempt(replica, replica.generation, req))
+        self._watch.sent(replica, req)
 
     async def _attempt(self, replica: Replica, generation: int, req: Request) -> None:
         start = time.perf_counter()
@@ -151,9 +155,11 @@ class Dispatcher:
         """Ends `req`'s attempt on `replica`; False if someone else already took `req`."""
         if req not in replica.active:
             return False
-        replica.active.discard(req)
+        was_oldest = next(iter(replica.active)) is req
+        del replica.active[req]
         req.replica = None
         req.task = None
+        self._watch.answered(replica, was_oldest)
         self._pump(replica)
         return True
 
@@ -180,11 +186,30 @@ class Dispatcher:
                 self.submit(req, admitted=True)
         self._wake()
 
-    def replica_down(self, replica: Replica, generation: int, reason: str) -> None:
-        """`replica`'s mesh of `generation` died. Idempotent: the first report wins (a death
-        is reported by the supervisor and by every call that was in flight)."""
+    def _hung(self, replica: Replica, generation: int, req: Request, seconds: float) -> None:
+        """`req` went unanswered for `seconds` on `replica`: the replica counts as hung and
+        is handled as dead (its processes are stopped by the restart that follows)."""
+        replica.counters.hangs += 1
+        reason = (
+            f"hung: no answer to `{req.endpoint}` within {seconds:g} s, so its processes "
+            "were stopped"
+        )
+        self.replica_down(replica, generation, reason, timed_out=(req, seconds))
+
+    def replica_down(
+        self,
+        replica: Replica,
+        generation: int,
+        reason: str,
+        *,
+        timed_out: tuple[Request, float] | None = None,
+    ) -> None:
+        """`replica`'s mesh of `generation` died, or hung with `timed_out`'s request
+        unanswered for its timeout. Idempotent: the first report wins (a death is reported
+        by the supervisor and by every call that was in flight)."""
         if replica.generation != generation or not replica.healthy:
             return
+        self._watch.disarm(replica)
         out_of_restarts = replica.counters.restarts >= self._config.max_restarts
         replica.state = ReplicaState.FAILED if out_of_restarts else ReplicaState.RESTARTING
         replica.last_error = replica.death_reason = reason
@@ -202,7 +227,10 @@ class Dispatcher:
                 req.task.cancel()
             req.replica = None
             req.task = None
-            self._lost(replica, req, reason)
+            if timed_out is not None and timed_out[0] is req:
+                self._lost(replica, req, reason, timeout_s=timed_out[1])
+            else:
+                self._lost(replica, req, reason)
         for req in backlog:  # never sent, so safe to re-route even if non-idempotent
             if req.pinned is not None:
                 req.resolve(OMITTED)
@@ -210,12 +238,31 @@ class Dispatcher:
                 self.submit(req, admitted=True)
         self.check_hopeless()
 
-    def _lost(self, replica: Replica, req: Request, reason: str) -> None:
+    def _lost(
+        self, replica: Replica, req: Request, reason: str, timeout_s: float | None = None
+    ) -> None:
+        """`req` was in flight on `replica` when it died (or hung: `timeout_s` is set for
+        the call that timed out): re-sent, or failed, by the rules in the README."""
         replica.counters.lost += 1
+        retries_left = req.idempotent and req.attempts < self._config.max_retries
         if req.pinned is not None:
             req.resolve(OMITTED)
         elif req.future.done():
             return
+        elif timeout_s is not None and not retries_left:
+            why = (
+                f"it was sent {req.attempts + 1} times (max_retries={self._config.max_retries})"
+                if req.idempotent
+                else "the endpoint is non-idempotent, so it was not re-sent (it may or may "
+                "not have run)"
+            )
+            req.fail(
+                CallTimeoutError(
+                    f"service {self._name}: replica {replica.index} gave no answer to "
+                    f"`{req.endpoint}` within its timeout of {timeout_s:g} s, so the replica "
+                    f"was taken as hung and is restarted; {why}"
+                )
+            )
         elif not req.idempotent:
             req.fail(
                 ReplicaDiedError(
@@ -321,6 +368,7 @@ class Dispatcher:
         requests = list(self._waiting)
         self._waiting.clear()
         for replica in self._replicas:
+            self._watch.disarm(replica)
             requests += replica.backlog
             requests += replica.active
             replica.backlog.clear()

@@ -10,19 +10,29 @@ from collections.abc import Sequence
 from typing import Any
 
 from monarch._rust_bindings.monarch_hyperactor.supervision import SupervisionError
-from monarch.actor import Actor, ActorError, Channel, PortReceiver, as_endpoint, this_proc
+from monarch.actor import (
+    Actor,
+    ActorError,
+    Channel,
+    HostMesh,
+    PortReceiver,
+    as_endpoint,
+    this_proc,
+)
 
 from actor_service import _faults
 from actor_service._dispatch import Dispatcher
+from actor_service._placement import Placement
 from actor_service._supervisor import (
+    ActorSpec,
     DeathNotice,
-    ReplicaSpec,
+    ProcSpec,
     ReplicaSupervisor,
     SpawnedReplica,
 )
 from actor_service.config import ServiceConfig
 from actor_service.errors import ReplicaStartError
-from actor_service.events import Listeners
+from actor_service.events import Listeners, one_line
 from actor_service.replica import Replica, ReplicaState
 
 log = logging.getLogger(__name__)
@@ -50,10 +60,18 @@ async def construction_error(mesh: Any) -> str | None:
     return None
 
 
+class HostSpawnError(Exception):
+    """No candidate host could spawn a replica's processes (each is marked down)."""
+
+
 class Launcher:
-    """Owns the supervisor actor; starts replicas, restarts dead ones with exponential
-    backoff up to `max_restarts` (telling `events` when one is up again or given up), and
-    stops everything at shutdown."""
+    """Owns the supervisor actor; starts replicas on their hosts, restarts dead ones with
+    exponential backoff up to `max_restarts` (on another host if theirs cannot spawn
+    processes any more; telling `events` when one is up again or given up), and stops
+    everything at shutdown.
+
+    `hosts` are single-host meshes (None: every replica on this host, as `this_host()`).
+    """
 
     def __init__(
         self,
@@ -64,8 +82,13 @@ class Launcher:
         kwargs: dict[str, Any],
         *,
         events: Listeners,
+        hosts: list[HostMesh] | None = None,
     ) -> None:
         self._config = config
+        self._hosts = hosts
+        self.placement = Placement(len(hosts) if hosts else 1, len(replicas))
+        for replica in replicas:
+            replica.host = self.placement.host_of[replica.index]
         self._events = events
         self._replicas = replicas
         self._actor_cls = actor_cls
@@ -101,35 +124,83 @@ class Launcher:
                 log.exception("handling %s", notice)
 
     async def start(self, replica: Replica) -> None:
-        """Starts a new generation of `replica` and attaches it; `ReplicaStartError` if it
-        cannot start within `start_timeout_s` (its processes are stopped again)."""
+        """First start of `replica`, on its round-robin host; `ReplicaStartError` if it
+        cannot start there within `start_timeout_s` (its processes are stopped again)."""
+        await self._start_on(replica, [replica.host])
+
+    async def _start_on(self, replica: Replica, hosts: list[int]) -> None:
+        """Starts a new generation of `replica` on the first of `hosts` that can spawn its
+        processes (marking down each that cannot) and attaches it; `ReplicaStartError`
+        if that fails or takes longer than `start_timeout_s` in all."""
         generation = self._generations[replica.index]
         self._generations[replica.index] += 1
         cfg = self._config
+        trying: list[int] = []  # the host whose spawn is under way, while one is
         try:
             async with asyncio.timeout(cfg.start_timeout_s):
-                spec = ReplicaSpec(
+                host = await self._spawn_procs(replica, generation, hosts, trying)
+                spec = ActorSpec(
                     prefix=self.mesh_prefix,
                     index=replica.index,
                     generation=generation,
                     actor_cls=self._actor_cls,
-                    procs=cfg.procs_per_replica,
-                    with_gpus=cfg.with_gpus,
                     args=self._args,
                     kwargs=self._kwargs,
                 )
-                spawned: SpawnedReplica = await self._supervisor.spawn_replica.call_one(spec)
+                spawned: SpawnedReplica = await self._supervisor.spawn_actor.call_one(spec)
                 error = await construction_error(spawned.mesh)
             if error is not None:
                 raise ReplicaStartError(error)
         except Exception as e:  # any failure to start is this replica's start failure
             self._stop_later(replica.index, generation)
+            if isinstance(e, TimeoutError) and trying:
+                limit = f"start_timeout_s={cfg.start_timeout_s:g}"
+                self._host_down(trying[0], f"spawning its processes timed out ({limit})")
             reason = "timed out" if isinstance(e, TimeoutError) else str(e)
             raise ReplicaStartError(
                 f"service {cfg.name}: replica {replica.index} (generation {generation}) of "
                 f"{self._actor_cls.__name__} failed to start: {reason}"
             ) from None
+        self.placement.move(replica.index, host)
+        replica.host = host
         replica.attach(generation, spawned.mesh, spawned.pids)
+
+    async def _spawn_procs(
+        self, replica: Replica, generation: int, hosts: list[int], trying: list[int]
+    ) -> int:
+        """Spawns the processes on the first of `hosts` that can; returns that host."""
+        cfg = self._config
+        failures = []
+        for host in hosts:
+            spec = ProcSpec(
+                prefix=self.mesh_prefix,
+                index=replica.index,
+                generation=generation,
+                host=self._hosts[host] if self._hosts else None,
+                procs=cfg.procs_per_replica,
+                with_gpus=cfg.with_gpus,
+                first_gpu=self.placement.block_on(replica.index, host) * cfg.procs_per_replica,
+            )
+            trying[:] = [host]  # left set if the start timeout cancels this spawn
+            try:
+                await self._supervisor.spawn_procs.call_one(spec)
+            except Exception as e:
+                trying.clear()
+                reason = one_line(str(e))
+                self._host_down(host, reason)
+                failures.append(f"host {host}: {reason}")
+                continue
+            trying.clear()
+            self.placement.mark_up(host)
+            return host
+        raise HostSpawnError(f"no host could spawn its processes ({'; '.join(failures)})")
+
+    def _host_down(self, host: int, reason: str) -> None:
+        if self._hosts is None:
+            return  # this host only: there is nowhere else to go
+        if host not in self.placement.down:
+            log.warning("service %s: host %d marked down: %s", self._config.name, host, reason)
+        self.placement.mark_down(host)
 
     def restart_later(self, replica: Replica) -> None:
         """Called when `replica` died: stops its dead processes and, if it still has restart
@@ -145,7 +216,7 @@ class Launcher:
             await asyncio.sleep(cfg.restart_delay(replica.counters.restarts))
             replica.counters.restarts += 1
             try:
-                await self.start(replica)
+                await self._start_on(replica, self.placement.candidates(replica.index))
             except ReplicaStartError as e:
                 replica.last_error = str(e)
                 log.warning("%s", e)

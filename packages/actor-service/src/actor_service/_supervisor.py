@@ -38,16 +38,29 @@ class DeathNotice:
 
 
 @dataclass(frozen=True)
-class ReplicaSpec:
-    """What to start: generation `generation` of replica `index`, a mesh of `procs`
-    processes running `actor_cls(*args, **kwargs)`. Its meshes are named after `prefix`."""
+class ProcSpec:
+    """The processes of generation `generation` of replica `index`: `procs` of them on
+    `host` (a single-host `HostMesh`, or None for this host). With `with_gpus`, process `r`
+    sees only GPU `first_gpu + r`. Its meshes are named after `prefix`."""
+
+    prefix: str
+    index: int
+    generation: int
+    host: Any
+    procs: int
+    with_gpus: bool
+    first_gpu: int
+
+
+@dataclass(frozen=True)
+class ActorSpec:
+    """The actor of generation `generation` of replica `index`, `actor_cls(*args,
+    **kwargs)`, spawned on the processes its `ProcSpec` started."""
 
     prefix: str
     index: int
     generation: int
     actor_cls: type[Actor]
-    procs: int
-    with_gpus: bool
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
 
@@ -82,16 +95,33 @@ class ReplicaSupervisor(Actor):
         self._owners: dict[str, tuple[int, int]] = {}
 
     # Concurrent, so that replicas start in parallel and a slow stop never delays a restart.
+    # Two steps, so that the service can tell a host that cannot spawn processes (it is
+    # gone) from an actor whose `__init__` fails.
     @concurrent_endpoint
-    async def spawn_replica(self, spec: ReplicaSpec) -> SpawnedReplica:
+    async def spawn_procs(self, spec: ProcSpec) -> None:
+        """Starts the processes; raises if the host cannot (Monarch gives up after its
+        `mesh_proc_spawn_max_idle`, 30 s by default, on a host that is gone)."""
         dim = "gpus" if spec.with_gpus else "procs"
-        first_gpu = spec.index * spec.procs
-        bootstrap = functools.partial(pin_gpu, first_gpu) if spec.with_gpus else None
-        proc_mesh = this_host().spawn_procs(
+        bootstrap = functools.partial(pin_gpu, spec.first_gpu) if spec.with_gpus else None
+        host = spec.host if spec.host is not None else this_host()
+        proc_mesh = host.spawn_procs(
             per_host={dim: spec.procs}, bootstrap=bootstrap, name=f"{spec.prefix}r{spec.index}"
         )
         key = (spec.index, spec.generation)
         self._procs[key] = proc_mesh
+        try:
+            await proc_mesh.initialized
+        except BaseException:
+            # Nothing runs there to stop, and stopping a mesh on a dead host waits long.
+            self._procs.pop(key, None)
+            raise
+
+    @concurrent_endpoint
+    async def spawn_actor(self, spec: ActorSpec) -> SpawnedReplica:
+        """Spawns the user's actor (and the pid agent) on the processes of `spec`'s
+        replica generation, started by `spawn_procs`."""
+        key = (spec.index, spec.generation)
+        proc_mesh = self._procs[key]
         tag = f"r{spec.index}g{spec.generation}"
         mesh: Any = proc_mesh.spawn(
             f"{spec.prefix}{tag}", spec.actor_cls, *spec.args, **spec.kwargs

@@ -15,6 +15,16 @@ def _default_router() -> Router:
     return Sticky()
 
 
+def _is_seconds(value: object) -> bool:
+    """A finite number > 0 (a bool is not a number of seconds)."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value > 0
+    )
+
+
 @dataclass(frozen=True)
 class ServiceConfig:
     """Configuration of one service. Every field is checked on construction; a bad value
@@ -44,6 +54,17 @@ class ServiceConfig:
         non_idempotent: endpoint names that are never re-sent after being in flight on a
             replica that died; the caller gets `ReplicaDiedError` instead. (The
             `@non_idempotent` decorator on the actor declares the same thing.)
+        call_timeout_s: seconds a call may go unanswered on a replica before the replica is
+            taken as hung: its processes are stopped and it is restarted as after a death,
+            and the call is re-sent elsewhere (idempotent endpoints, within `max_retries`)
+            or fails with `CallTimeoutError`. None (the default): no timeout. A call's
+            clock starts when it is sent, or when the calls sent to that replica before it
+            are all answered (the replica runs a plain endpoint one call at a time, so time
+            spent waiting behind other calls is not counted).
+        endpoint_timeouts: per-endpoint timeouts that replace `call_timeout_s` for the
+            endpoints they name, as (endpoint name, seconds) pairs, e.g.
+            `(("generate", 120.0), ("ping", 5.0))`; a name that is not an endpoint of the
+            actor is an error at `spawn_service`.
         max_restarts: restarts per replica over the service's life; after that the replica
             stays down and the service serves with the others.
         restart_backoff_s: delay before a replica's first restart; doubles with each restart
@@ -64,6 +85,8 @@ class ServiceConfig:
     router: Router = field(default_factory=_default_router)
     max_retries: int = 2
     non_idempotent: tuple[str, ...] = ()
+    call_timeout_s: float | None = None
+    endpoint_timeouts: tuple[tuple[str, float], ...] = ()
     max_restarts: int = 3
     restart_backoff_s: float = 0.5
     restart_backoff_max_s: float = 30.0
@@ -107,7 +130,35 @@ class ServiceConfig:
             "non_idempotent",
             "a tuple of endpoint names",
         )
+        need(
+            self.call_timeout_s is None or _is_seconds(self.call_timeout_s),
+            "call_timeout_s",
+            "None or a finite number > 0 (seconds)",
+        )
+        pairs: object = self.endpoint_timeouts
+        need(
+            isinstance(pairs, tuple)
+            and all(
+                isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str) and _is_seconds(p[1])
+                for p in pairs
+            ),
+            "endpoint_timeouts",
+            "a tuple of (endpoint name, finite number > 0 of seconds) pairs",
+        )
+        names_timed = [name for name, _ in self.endpoint_timeouts]
+        need(
+            len(set(names_timed)) == len(names_timed),
+            "endpoint_timeouts",
+            "pairs naming each endpoint once",
+        )
         need(self.name.isidentifier(), "name", "a Python identifier")
+
+    def timeout_for(self, endpoint: str) -> float | None:
+        """Seconds a call to `endpoint` may go unanswered on a replica; None: no limit."""
+        for name, seconds in self.endpoint_timeouts:
+            if name == endpoint:
+                return float(seconds)
+        return None if self.call_timeout_s is None else float(self.call_timeout_s)
 
     def restart_delay(self, restarts: int) -> float:
         """Seconds to wait before restarting a replica that was restarted `restarts` times
@@ -117,7 +168,8 @@ class ServiceConfig:
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> ServiceConfig:
         """Builds a config from plain values (e.g. a parsed TOML table); an unknown key is an
-        error that lists the known ones. `non_idempotent` may be given as a list."""
+        error that lists the known ones. `non_idempotent` may be given as a list, and
+        `endpoint_timeouts` as a table (`{"generate": 120.0}`) or a list of pairs."""
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
@@ -125,4 +177,11 @@ class ServiceConfig:
         kwargs = dict(values)
         if isinstance(kwargs.get("non_idempotent"), list):
             kwargs["non_idempotent"] = tuple(kwargs["non_idempotent"])
+        timeouts = kwargs.get("endpoint_timeouts")
+        if isinstance(timeouts, Mapping):
+            kwargs["endpoint_timeouts"] = tuple(timeouts.items())
+        elif isinstance(timeouts, list):
+            kwargs["endpoint_timeouts"] = tuple(
+                tuple(p) if isinstance(p, list) else p for p in timeouts
+            )
         return cls(**kwargs)

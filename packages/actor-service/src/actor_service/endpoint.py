@@ -54,6 +54,18 @@ def endpoint_table(actor_cls: type[Actor], non_idempotent: tuple[str, ...]) -> d
     return table
 
 
+def check_timed_endpoints(
+    actor_cls: type[Actor], table: Mapping[str, bool], timeouts: tuple[tuple[str, float], ...]
+) -> None:
+    """A `ValueError` if `ServiceConfig.endpoint_timeouts` names a non-endpoint."""
+    unknown = sorted({name for name, _ in timeouts} - set(table))
+    if unknown:
+        raise ValueError(
+            f"ServiceConfig.endpoint_timeouts names {unknown}, which are not endpoints of "
+            f"{actor_cls.__name__} (endpoints: {sorted(table)})"
+        )
+
+
 class Backend(Protocol):
     """What the adverbs call: a `Service` in its own process, or a `ServiceHandle`
     anywhere else."""

@@ -35,3 +35,10 @@ class ServiceClosedError(ServiceError):
 class ReplicaStartError(ServiceError):
     """A replica could not be started: its processes failed to spawn, or the actor's
     `__init__` raised (the message carries Monarch's report, remote traceback included)."""
+
+
+class CallTimeoutError(ServiceError):
+    """A call went unanswered on its replica for longer than its timeout
+    (`ServiceConfig.call_timeout_s` or `endpoint_timeouts`). The replica was taken as hung
+    and restarted; the call was not re-sent because the endpoint is non-idempotent (it may
+    or may not have run), or because its `max_retries` re-sends were spent."""

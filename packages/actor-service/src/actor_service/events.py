@@ -26,16 +26,22 @@ class ReplicaEvent:
 
     service: the service's name (`ServiceConfig.name`).
     replica: the replica's index, 0 <= replica < `ServiceConfig.replicas`.
-    kind: "died" (a serving replica's process or actor failed; a restart follows unless a
-        "gave_up" event comes right after), "up" (a restarted replica serves again; the
+    kind: "died" (a serving replica's process or actor failed, or it hung: a call went
+        unanswered past its timeout, and its processes were stopped; a restart follows
+        unless a "gave_up" event comes right after), "up" (a restarted replica serves again; the
         first start is not an event) or "gave_up" (the replica used up `max_restarts` and
         stays down).
     restarts: this replica's restarts so far (attempts, failed ones included), counting the
         one an "up" event announces.
-    reason: one line. "died": Monarch's report of the failure. "up": the death it recovers
-        from. "gave_up": the last error (the death, or the last failed restart).
+    reason: one line. "died": Monarch's report of the failure, or for a hang
+        "hung: no answer to `<endpoint>` within <N> s, so its processes were stopped".
+        "up": the death it recovers from. "gave_up": the last error (the death, or the
+        last failed restart).
     at: when the service learned of it, seconds since the epoch (`time.time()`).
     down_s: "up" only: seconds from the death it recovers from to now; None otherwise.
+    host: the host the replica ran on ("died", "gave_up") or runs on now ("up": a replica
+        whose host could not spawn processes any more is restarted on another), as its
+        index among the hosts given to `spawn_service`; 0 without `hosts`.
     """
 
     service: str
@@ -45,6 +51,7 @@ class ReplicaEvent:
     reason: str
     at: float
     down_s: float | None = None
+    host: int = 0
 
 
 def one_line(text: str | None) -> str:
@@ -99,6 +106,7 @@ class Listeners:
             reason=one_line(reason),
             at=at,
             down_s=down_s,
+            host=replica.host,
         )
         if self._listeners:
             asyncio.get_running_loop().call_soon(self._deliver, event)

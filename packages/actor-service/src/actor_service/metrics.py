@@ -26,6 +26,7 @@ class ReplicaCounters:
     lost: int = 0
     restarts: int = 0
     deaths: int = 0
+    hangs: int = 0
     latencies_ms: deque[float] = field(default_factory=lambda: deque(maxlen=LATENCY_WINDOW))
 
     def latency_percentiles(self) -> tuple[float, float]:
@@ -45,7 +46,12 @@ class ReplicaStatus:
     completed / failed / lost: calls answered with a result / with an error raised by the
         endpoint's code / cut off by the replica's death (they may have been retried).
     restarts: restart attempts of this slot, failed ones included (at most `max_restarts`).
-    deaths: times a started replica in this slot died (its process or actor failed).
+    deaths: times a started replica in this slot died: its process or actor failed, or it
+        hung (hangs included).
+    hangs: deaths that were hangs: a call went unanswered past its timeout
+        (`ServiceConfig.call_timeout_s` / `endpoint_timeouts`), so the replica was stopped.
+    host: index of the host the slot runs on (or restarts on), among the hosts given to
+        `spawn_service` (each host of a multi-host mesh counts as one); 0 without `hosts`.
     p50_ms / p99_ms: latency of answered calls over the recent window, send to answer.
     """
 
@@ -60,6 +66,8 @@ class ReplicaStatus:
     lost: int
     restarts: int
     deaths: int
+    hangs: int
+    host: int
     p50_ms: float
     p99_ms: float
     last_error: str | None
@@ -72,6 +80,8 @@ class ServiceStatus:
     waiting: calls that found no healthy replica and wait for one.
     retried: re-sends of calls whose replica died under them.
     rejected: calls refused with `ServiceOverloadedError`.
+    hosts_down: indexes of the hosts marked down (a spawn there failed); restarts avoid
+        them while another host is up.
     p50_ms / p99_ms: over the union of the replicas' recent windows.
     """
 
@@ -83,6 +93,7 @@ class ServiceStatus:
     rejected: int
     p50_ms: float
     p99_ms: float
+    hosts_down: tuple[int, ...] = ()
 
     @property
     def healthy(self) -> int:
@@ -112,16 +123,23 @@ class ServiceStatus:
     def deaths(self) -> int:
         return sum(r.deaths for r in self.replicas)
 
+    @property
+    def hangs(self) -> int:
+        return sum(r.hangs for r in self.replicas)
+
     def __str__(self) -> str:
         head = (
             f"service {self.name}: {self.healthy}/{len(self.replicas)} healthy, "
             f"{self.waiting} waiting, {self.retried} retried, {self.rejected} rejected, "
             f"p50 {self.p50_ms:.2f} ms, p99 {self.p99_ms:.2f} ms"
         )
+        if self.hosts_down:
+            head += f", hosts down {list(self.hosts_down)}"
         rows = [
-            f"  [{r.index}] {r.state:<10} gen {r.generation} pids {list(r.pids)} "
+            f"  [{r.index}] {r.state:<10} host {r.host} gen {r.generation} pids {list(r.pids)} "
             f"in-flight {r.in_flight} queued {r.queued} done {r.completed} "
-            f"failed {r.failed} lost {r.lost} deaths {r.deaths} restarts {r.restarts} "
+            f"failed {r.failed} lost {r.lost} deaths {r.deaths} hangs {r.hangs} "
+            f"restarts {r.restarts} "
             f"p50 {r.p50_ms:.2f} ms p99 {r.p99_ms:.2f} ms"
             for r in self.replicas
         ]

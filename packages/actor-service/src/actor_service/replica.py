@@ -24,7 +24,10 @@ class Replica:
     """Slot `index` of a service. A restart puts a new process mesh in the same slot under
     a new `generation`; counters and the slot's GPUs carry over.
 
-    `in_flight` and `queued` are what routers read (see `routers.ReplicaView`).
+    `in_flight` and `queued` are what routers read (see `routers.ReplicaView`). `active`
+    keeps the calls in flight in the order they were sent (a dict used as an ordered set),
+    so that the oldest is known (see `_watchdog`). `host` is the index of the host the
+    slot runs on, among the hosts the service was given (0 when it was given none).
     """
 
     def __init__(self, index: int, max_in_flight: int, procs: int, mesh_dim: str) -> None:
@@ -34,13 +37,15 @@ class Replica:
         self.state = ReplicaState.STARTING
         self.mesh: Any = None
         self.pids: tuple[int, ...] = ()
-        self.active: set[Request] = set()
+        self.active: dict[Request, None] = {}
         self.backlog: deque[Request] = deque()
         self.counters = ReplicaCounters()
         self.last_error: str | None = None
         self.died_at: float | None = None  # time.time() of the last death
         self.death_reason: str | None = None  # Monarch's report of the last death
         self.restart_task: asyncio.Task[None] | None = None
+        self.watch: asyncio.TimerHandle | None = None  # the hang timer of the oldest call
+        self.host = 0
         self._rank0 = {mesh_dim: 0}
         self._single = procs == 1
 
@@ -95,10 +100,12 @@ class Replica:
             lost=self.counters.lost,
             restarts=self.counters.restarts,
             deaths=self.counters.deaths,
+            hangs=self.counters.hangs,
+            host=self.host,
             p50_ms=p50,
             p99_ms=p99,
             last_error=self.last_error,
         )
 
     def __repr__(self) -> str:
-        return f"Replica({self.index}, {self.state.value}, gen={self.generation})"
+        return f"Replica({self.index}, {self.state.value}, gen={self.generation}, host={self.host})"

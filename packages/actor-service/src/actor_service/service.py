@@ -6,17 +6,23 @@ import asyncio
 import contextvars
 import copy
 import logging
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
-from monarch.actor import Actor
+from monarch.actor import Actor, HostMesh
 
 from actor_service._dispatch import Dispatcher
+from actor_service._hosts import single_hosts
 from actor_service._lifecycle import Launcher
 from actor_service._request import OMITTED, Request
 from actor_service.config import ServiceConfig
-from actor_service.endpoint import EndpointAccess, Session, endpoint_table
+from actor_service.endpoint import (
+    EndpointAccess,
+    Session,
+    check_timed_endpoints,
+    endpoint_table,
+)
 from actor_service.errors import NoHealthyReplicaError
 from actor_service.events import Listeners, ReplicaEvent
 from actor_service.handle import ServiceHandle, open_front, unregister
@@ -38,12 +44,18 @@ class Service(EndpointAccess, Generic[A]):
     """
 
     def __init__(
-        self, actor_cls: type[A], config: ServiceConfig, args: tuple[Any, ...], kwargs: Any
+        self,
+        actor_cls: type[A],
+        config: ServiceConfig,
+        args: tuple[Any, ...],
+        kwargs: Any,
+        hosts: list[HostMesh] | None = None,
     ) -> None:
         self._actor_cls = actor_cls
         self._config = config
         self._router = copy.deepcopy(config.router)
         table = endpoint_table(actor_cls, config.non_idempotent)
+        check_timed_endpoints(actor_cls, table, config.endpoint_timeouts)
         dim = "gpus" if config.with_gpus else "procs"
         self._replicas = [
             Replica(i, config.max_in_flight_per_replica, config.procs_per_replica, dim)
@@ -51,7 +63,7 @@ class Service(EndpointAccess, Generic[A]):
         ]
         self._events = Listeners(config.name)
         self._launcher = Launcher(
-            config, self._replicas, actor_cls, args, dict(kwargs), events=self._events
+            config, self._replicas, actor_cls, args, dict(kwargs), events=self._events, hosts=hosts
         )
         self._dispatcher: Dispatcher | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -153,6 +165,7 @@ class Service(EndpointAccess, Generic[A]):
             rejected=d.rejected if d else 0,
             p50_ms=percentile(latencies, 0.5),
             p99_ms=percentile(latencies, 0.99),
+            hosts_down=tuple(sorted(self._launcher.placement.down)),
         )
 
     def handle(self) -> ServiceHandle:
@@ -226,12 +239,22 @@ class Service(EndpointAccess, Generic[A]):
 
 
 async def spawn_service(
-    actor_cls: type[A], config: ServiceConfig, *args: Any, **kwargs: Any
+    actor_cls: type[A],
+    config: ServiceConfig,
+    *args: Any,
+    hosts: HostMesh | Sequence[HostMesh] | None = None,
+    **kwargs: Any,
 ) -> Service[A]:
     """Spawns `config.replicas` replicas of `actor_cls`, each a process mesh of
-    `config.procs_per_replica` processes on this host, constructed with `*args, **kwargs`,
-    and returns once every replica's `__init__` has run. If any replica fails to start,
-    everything started is stopped and `ReplicaStartError` is raised.
+    `config.procs_per_replica` processes, constructed with `*args, **kwargs`, and returns
+    once every replica's `__init__` has run. If any replica fails to start, everything
+    started is stopped and `ReplicaStartError` is raised.
+
+    `hosts` (keyword only, so the actor cannot receive a keyword argument of that name):
+    the host meshes the replicas may run on, a `HostMesh` or a list of them; every host of
+    a multi-host mesh is used, in order. Replica `i` starts on host `i % n`; a replica whose
+    host can no longer spawn processes is restarted on another. Left out: every replica
+    runs on this host (`this_host()`). Checked before anything is spawned.
 
     Call it from the controller's event loop (or inside an actor); the service's state lives
     on that loop.
@@ -241,6 +264,7 @@ async def spawn_service(
         raise TypeError(f"spawn_service needs an Actor subclass, got {actor_cls!r}")
     if not isinstance(config, ServiceConfig):
         raise TypeError(f"spawn_service needs a ServiceConfig, got {type(config).__name__}")
-    service = Service(actor_cls, config, args, kwargs)
+    placed = None if hosts is None else single_hosts(hosts)
+    service = Service(actor_cls, config, args, kwargs, placed)
     await service._start()
     return service
