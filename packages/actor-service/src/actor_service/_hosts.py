@@ -35,8 +35,8 @@ def single_hosts(hosts: object) -> list[HostMesh]:
     for position, mesh in enumerate(meshes):
         if not isinstance(mesh, HostMesh):
             raise TypeError(
-                f"spawn_service: hosts[{position}] is a {type(mesh).__name__}, not a "
-                "monarch HostMesh"
+                f"spawn_service: hosts[{position}] is not a monarch HostMesh (got "
+                f"{type(mesh).__name__})"
             )
         flat = mesh.flatten(_FLAT)
         found += [flat.slice(**{_FLAT: i}) for i in range(flat.size(_FLAT))]
