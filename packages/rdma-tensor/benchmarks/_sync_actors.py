@@ -155,10 +155,22 @@ class Generator(Actor):
         are read-only, and each version brings its own values anyway)."""
         if mapped:
             return self.subscribers["auto"].mapped and holds(self.model.state_dict(), fill)
+        return self._check_state(fill)
+
+    def _check_state(self, fill: float) -> bool:
         ok = holds(self.state, fill)
         for t in self.state.values():
             t.fill_(-1.0)
         return ok
+
+    @endpoint
+    async def check(self, fill: float, where: str) -> bool:
+        """Whether a destination holds `fill`: "model" (the mode "auto" subscriber's, mapped
+        or not), "mapped" (that model, mapped), or "state" (the copying one's, then reset)."""
+        if where == "state":
+            return self._check_state(fill)
+        mapped = self.subscribers["auto"].mapped
+        return holds(self.model.state_dict(), fill) and (mapped or where == "model")
 
     @endpoint
     async def teardown(self) -> None:

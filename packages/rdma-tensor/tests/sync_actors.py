@@ -312,6 +312,34 @@ class Generator(WeightSubscriber):
         return matches(self.state, version)
 
     @endpoint
+    async def keep(self, name: str) -> None:
+        """Keeps a reference to one weight as it is now (a caller holding an old weight)."""
+        self.kept = {name: self.state[name]}
+
+    @endpoint
+    async def kept_holds(self, version: int) -> bool:
+        """Whether the kept weight still holds `version`; then drops it."""
+        ok = matches(self.kept, version)
+        del self.kept
+        return ok
+
+    @endpoint
+    async def add_in_place(self, value: float) -> None:
+        """An in-place write into every weight (what a generator that fine-tunes would do)."""
+        with torch.no_grad():
+            for t in self.state.values():
+                t.add_(value)
+
+    @endpoint
+    async def data_ptrs(self) -> dict[str, int]:
+        return {n: t.data_ptr() for n, t in self.state.items()}
+
+    @endpoint
+    async def free_receive_buffers(self) -> int:
+        """Receive buffers this generator's subscriber holds for its next RDMA pulls."""
+        return self.subscriber._receive.free
+
+    @endpoint
     async def is_mapped(self) -> bool:
         return self.subscriber.mapped
 

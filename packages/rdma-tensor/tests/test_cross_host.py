@@ -96,6 +96,7 @@ async def test_weight_sync_crosses_machines_over_rdma_and_maps_on_one(hosts: Hos
         assert far.result is not None, far.message
         assert far.result.transport is Transport.RDMA
         assert not far.result.mapped
+        assert far.result.adopted  # mode "auto": runs on the buffer the version arrived in
         assert far.result.changed
         assert far.result.nbytes == manifest.nbytes
         assert await remote.holds.call_one(version)  # bit for bit

@@ -86,6 +86,7 @@ async def test_map_mode_refuses_what_it_cannot_map_and_auto_copies_it(procs: Pro
     outcome = await auto_rdma.try_pull.call_one(manifest, transport=Transport.RDMA)
     assert outcome.result is not None, outcome.message
     assert (outcome.result.transport, outcome.result.mapped) == (Transport.RDMA, False)
+    assert outcome.result.adopted  # re-pointed to its own receive buffer (test_adopt.py)
     assert await auto_rdma.holds.call_one(3)
     await trainer.close_publisher.call_one()
 

@@ -1,18 +1,22 @@
 """Pulling over RDMA (another machine, or forced): no leases, so verify and retry.
 
-Headers and buckets are read into local memory; the slot's header is read again after the
-buckets, and if its sequence number moved the publisher started rewriting the slot during the
-read: the bytes are thrown away and the pull retries with whatever is newest then. Only a
-verified version is copied from scratch into `into`.
+Headers and buckets are read into local memory (the buckets into a receive buffer the
+subscriber keeps, see `_receive`); the slot's header is read again after the buckets, and if
+its sequence number moved the publisher started rewriting the slot during the read: the
+bytes are thrown away and the pull retries with whatever is newest then. Only a verified
+version reaches `into`: copied from the receive buffer, or, with `adopt`, as views of it for
+the caller to swap in (nothing copied).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 
 import torch
 
+from rdma_tensor import _receive
 from rdma_tensor._owner import is_local
 from rdma_tensor._pulling import (
     Goal,
@@ -24,6 +28,7 @@ from rdma_tensor._pulling import (
     plan_bytes,
     timeout_error,
 )
+from rdma_tensor._receive import ReceivePool
 from rdma_tensor.errors import (
     PublisherClosedError,
     PublisherDiedError,
@@ -38,7 +43,43 @@ from rdma_tensor.transport import Transport
 _WATCH_S = 0.05  # how often a waiting RDMA read checks that a same-machine owner is alive
 
 
-async def pull_rdma(manifest: Manifest, plan: Plan, goal: Goal) -> Outcome:
+async def pull_rdma(
+    manifest: Manifest, plan: Plan, goal: Goal, pool: ReceivePool, *, adopt: bool
+) -> Outcome:
+    """Waits for a complete version >= `goal.want` and reads it into a buffer of `pool`;
+    then copies it into `plan`'s tensors or, with `adopt`, returns views of the buffer
+    (`Outcome.views`, nothing copied) that keep it out of the pool for as long as they live."""
+    layout = manifest.bucket_layout
+    buffer = pool.take(layout)
+    try:
+        outcome = await _read_version(manifest, plan, goal, _receive.buckets(buffer, layout))
+    except BaseException:
+        pool.give_back(buffer, layout.bucket_nbytes)
+        raise
+    if not outcome.changed:  # `into` holds that version already: nothing was read
+        pool.give_back(buffer, layout.bucket_nbytes)
+        return outcome
+    if adopt:
+        received = _receive.adopt(pool, buffer, layout)
+        views = {
+            e.name: received[e.bucket][e.offset : e.offset + e.nbytes].view(e.dtype).view(e.shape)
+            for e, _ in plan
+        }
+        return dataclasses.replace(outcome, views=views)
+    start = time.perf_counter()
+    try:
+        copy_entries(plan, _receive.buckets(buffer, layout))
+    finally:
+        pool.give_back(buffer, layout.bucket_nbytes)
+    copied = time.perf_counter() - start
+    return dataclasses.replace(outcome, copy_seconds=outcome.copy_seconds + copied)
+
+
+async def _read_version(
+    manifest: Manifest, plan: Plan, goal: Goal, scratch: list[torch.Tensor]
+) -> Outcome:
+    """Reads the newest complete version >= `goal.want` into `scratch` and verifies it
+    (`changed` False: `into` holds that version already, nothing was read)."""
     owner = manifest.slots[0].header.owner
     local = is_local(owner.process)
 
@@ -68,7 +109,6 @@ async def pull_rdma(manifest: Manifest, plan: Plan, goal: Goal) -> Outcome:
             ) from e
 
     headers_raw = [torch.empty(HEADER_BYTES, dtype=torch.uint8) for _ in manifest.slots]
-    scratch = [torch.empty(n, dtype=torch.uint8) for n in manifest.bucket_layout.bucket_nbytes]
     retries, backoff = 0, 0.001
     while True:
         if local:
@@ -87,7 +127,6 @@ async def pull_rdma(manifest: Manifest, plan: Plan, goal: Goal) -> Outcome:
             await asyncio.gather(*(read(b, s) for b, s in zip(ref.buckets, scratch, strict=True)))
             await read(ref.header, headers_raw[best])
             if SlotHeader.parse(headers_raw[best]) == headers[best]:
-                copy_entries(plan, scratch)
                 elapsed = time.perf_counter() - t0
                 return Outcome(headers[best].version, True, plan_bytes(plan), elapsed, retries)
             retries += 1  # the publisher began rewriting that slot mid-read: discard, retry

@@ -16,9 +16,13 @@ one, in one of two ways (`mode`):
   lease, go away (unless the caller still holds some: then the lease stays too).
 - "copy": the bytes are copied into the destination tensors in place (any device, any
   strides, optional floating-point cast), straight from the mapped slot on the same machine,
-  through RDMA and scratch memory otherwise (`_pull_shm`, `_pull_rdma`).
+  through RDMA and a receive buffer otherwise (`_pull_shm`, `_pull_rdma`).
 
-"auto" (the default) maps whenever it can and copies otherwise, deciding on every pull.
+"auto" (the default) maps whenever it can, deciding on every pull. On another machine (RDMA)
+it *adopts* where map mode would map: the version arrives in a receive buffer of this
+subscriber's own (writable memory, see `_receive`), and once verified the module is
+re-pointed to views of that buffer in the same synchronous step, so nothing is copied after
+the transfer. Otherwise it copies.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from rdma_tensor._owner import Owner
 from rdma_tensor._pull_rdma import pull_rdma
 from rdma_tensor._pull_shm import pull_shm
 from rdma_tensor._pulling import Goal, Outcome, Plan, check_destination
+from rdma_tensor._receive import ReceivePool
 from rdma_tensor.errors import (
     MismatchError,
     PublisherClosedError,
@@ -59,6 +64,9 @@ class PullResult:
     changed: False when it already held that version (nothing was copied or mapped).
     mapped: True when the destination now runs on leased views of the staging memory
         (map mode; nothing was copied), False when the bytes were copied into it.
+    adopted: True when the version came over RDMA and the destination now runs on views of
+        the buffer it arrived in (mode "auto", see the module docstring; nothing was copied
+        after the transfer).
     nbytes: bytes of tensor data the new version brought (copied, or mapped if `mapped`).
     wait_seconds: time spent waiting for the version to be staged (and for a lease).
     copy_seconds: time spent moving bytes (RDMA reads included), or leasing and building
@@ -79,6 +87,7 @@ class PullResult:
     retries: int
     pipelined: bool
     mapped: bool = False
+    adopted: bool = False
 
 
 class Subscriber:
@@ -91,7 +100,9 @@ class Subscriber:
         `nn.Module`: a `model.state_dict()` holds detached tensors, and re-pointing those
         would leave the module itself on the old weights. A mapped module's weights are
         read-only: writing to them in place kills the process (SIGSEGV); call `unmap()`
-        first, or use "copy", if the generator modifies its weights.
+        first, or use "copy", if the generator modifies its weights. Over RDMA, "auto"
+        adopts instead of mapping (the module runs on this subscriber's writable receive
+        buffer; `PullResult.adopted`).
     transport: force a transport (default: the publisher's choice, else auto).
 
     The version is remembered per publisher: a pull asking for an older version than the
@@ -124,6 +135,7 @@ class Subscriber:
         self._version: int | None = None
         self._publisher_id: str | None = None
         self._mapped_from: Owner | None = None
+        self._receive = ReceivePool()  # RDMA pulls land here (kept: fresh memory is slow)
 
     @property
     def version(self) -> int | None:
@@ -191,6 +203,7 @@ class Subscriber:
             )
         chosen = choose_transport(manifest.slots[0].header, self.transport)
         map_views = self._can_map(plan, chosen)
+        adopt = chosen is Transport.RDMA and self.mode == "auto" and not self._view_problems(plan)
         goal = Goal(want, applied, time.monotonic() + timeout, timeout)
         owner = manifest.slots[0].header.owner
         try:
@@ -199,8 +212,9 @@ class Subscriber:
                     self.unmap()  # never copy into read-only views
                 outcome = await pull_shm(manifest, plan, goal, map_views=map_views)
             elif chosen is Transport.RDMA:
-                self.unmap()
-                outcome = await pull_rdma(manifest, plan, goal)
+                if not adopt:
+                    self.unmap()  # never copy into read-only views
+                outcome = await pull_rdma(manifest, plan, goal, self._receive, adopt=adopt)
             else:
                 raise TransportError("staging memory is CPU memory: cuda_ipc cannot carry it")
         except (PublisherClosedError, PublisherDiedError):
@@ -210,19 +224,21 @@ class Subscriber:
             raise
         if outcome.views is not None:
             _swap(plan, outcome.views)
-            self._mapped_from = owner
+            self._mapped_from = owner if chosen is Transport.SHM else None  # else: adopted
         self._version, self._publisher_id = outcome.version, manifest.publisher_id
-        return _result(outcome, chosen, time.perf_counter() - start, self.mapped)
+        adopted = outcome.views is not None and chosen is Transport.RDMA
+        return _result(outcome, chosen, time.perf_counter() - start, self.mapped, adopted)
 
     def _targets(self) -> Mapping[str, torch.Tensor]:
         if isinstance(self.into, torch.nn.Module):
             return self.into.state_dict(keep_vars=True)
         return self.into
 
-    def _can_map(self, plan: Plan, transport: Transport) -> bool:
-        """Whether this pull maps; raises in "map" mode when it cannot, naming why."""
+    def _view_problems(self, plan: Plan) -> list[str]:
+        """Why the destination cannot be re-pointed to views of CPU memory holding the
+        published bytes (map or adopt); empty when it can."""
         if self.mode == "copy" or not isinstance(self.into, torch.nn.Module):
-            return False
+            return [f"mode={self.mode!r} into a {type(self.into).__name__}"]
         problems = []
         for e, dst in plan:
             if dst.device.type != "cpu":
@@ -231,6 +247,13 @@ class Subscriber:
                 problems.append(f"{e.name} is {dst.dtype}, published {e.dtype} (a cast copies)")
             elif type(dst) not in (torch.Tensor, torch.nn.Parameter) or not dst.is_leaf:
                 problems.append(f"{e.name} is a {type(dst).__name__} that cannot be re-pointed")
+        return problems
+
+    def _can_map(self, plan: Plan, transport: Transport) -> bool:
+        """Whether this pull maps; raises in "map" mode when it cannot, naming why."""
+        if self.mode == "copy" or not isinstance(self.into, torch.nn.Module):
+            return False
+        problems = self._view_problems(plan)
         if self.mode == "auto":
             return not problems and transport is Transport.SHM
         if transport is not Transport.SHM:
@@ -259,7 +282,9 @@ def _swap(plan: Plan, views: Mapping[str, torch.Tensor]) -> None:
         raise
 
 
-def _result(outcome: Outcome, transport: Transport, seconds: float, mapped: bool) -> PullResult:
+def _result(
+    outcome: Outcome, transport: Transport, seconds: float, mapped: bool, adopted: bool
+) -> PullResult:
     return PullResult(
         version=outcome.version,
         changed=outcome.changed,
@@ -271,4 +296,5 @@ def _result(outcome: Outcome, transport: Transport, seconds: float, mapped: bool
         retries=outcome.retries,
         pipelined=outcome.pipelined,
         mapped=mapped,
+        adopted=adopted,
     )
