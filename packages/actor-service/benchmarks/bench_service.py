@@ -1,6 +1,7 @@
 """Benchmarks of actor-service: routing overhead, scaling with replicas, failover time.
 
     uv run python packages/actor-service/benchmarks/bench_service.py [--quick] [--json PATH]
+        [--cases overhead,scale,failover,hang,hostloss]
     uv run nox -s "bench(package='actor-service')" -- --json out.json
 
 Cases (one JSON row each: case, replicas, p50_ms, p99_ms, throughput in calls/s):
@@ -15,6 +16,16 @@ Cases (one JSON row each: case, replicas, p50_ms, p99_ms, throughput in calls/s)
            down, `failover_recover` is kill -> replica healthy again. Detection time is
            Monarch's supervision poll period, from HYPERACTOR_MESH_SUPERVISION_POLL_FREQUENCY
            (default 10 s; it must be set before Python starts).
+  hang     3 replicas under a steady stream of calls, `call_timeout_s=HANG_TIMEOUT_S`; one
+           replica is made to hang (the next call it gets blocks forever), several times.
+           `hang_detect` is hang -> replica marked down (the timeout plus how long the next
+           call takes to reach it), `hang_stopped` is hang -> the hung process is gone,
+           `hang_recover` is hang -> replica healthy again.
+  hostloss 2 replicas on two local hosts (Monarch's `ProcessJob`), `call_timeout_s=
+           HANG_TIMEOUT_S`; host a's worker process is SIGKILLed once. `hostloss_detect` is
+           kill -> the replica on it marked down, `hostloss_recover` is kill -> that
+           replica healthy again on host b (it first tries host a, which Monarch gives up
+           on after `mesh_proc_spawn_max_idle`, 30 s by default).
 
 Ratios are measured within one run; on a shared machine absolute numbers move with load.
 """
@@ -23,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import signal
@@ -30,11 +42,15 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
 
 from actor_service import RoundRobin, Service, ServiceConfig, spawn_service
 from monarch.actor import Actor, endpoint
+from monarch.job import ProcessJob
 
 SLEEP_S = 0.05
+HANG_TIMEOUT_S = 1.0
 
 
 class Bench(Actor):
@@ -45,6 +61,28 @@ class Bench(Actor):
     @endpoint
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
+
+
+class BenchSync(Actor):
+    """Plain (sync) endpoints: the hang case needs one that blocks its replica."""
+
+    @endpoint
+    def work(self, seconds: float, hang_on: int) -> None:
+        if os.getpid() == hang_on:
+            time.sleep(3600)  # hung: alive, never answers
+        time.sleep(seconds)
+
+
+def gone(pid: int) -> bool:
+    return not alive(pid)
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state != "Z"
 
 
 @dataclass
@@ -179,10 +217,132 @@ async def bench_failover(kills: int) -> list[Row]:
     return rows
 
 
+async def bench_hang(hangs: int) -> list[Row]:
+    config = ServiceConfig(
+        replicas=3,
+        router=RoundRobin(),
+        call_timeout_s=HANG_TIMEOUT_S,
+        max_restarts=hangs,
+        restart_backoff_s=0.05,
+        restart_backoff_max_s=0.05,
+        name="hang",
+    )
+    detect: list[float] = []
+    stopped: list[float] = []
+    recover: list[float] = []
+    async with await spawn_service(BenchSync, config) as svc:
+        stop = asyncio.Event()
+        served = 0
+        hang_on = -1  # the callers' calls block forever in this process
+
+        async def caller() -> None:
+            nonlocal served
+            while not stop.is_set():
+                await svc.work.route(0.01, hang_on)
+                served += 1
+
+        start = time.perf_counter()
+        callers = [asyncio.ensure_future(caller()) for _ in range(6)]
+        for _ in range(hangs):
+            await asyncio.sleep(0.5)
+            victim = svc.status().replicas[1].pids[0]
+            hang_on = victim
+            t0 = time.perf_counter()
+            await until(lambda: svc.status().replicas[1].state != "healthy")
+            detect.append((time.perf_counter() - t0) * 1e3)
+            await until(functools.partial(gone, victim))
+            stopped.append((time.perf_counter() - t0) * 1e3)
+            await until(lambda: svc.status().replicas[1].state == "healthy")
+            recover.append((time.perf_counter() - t0) * 1e3)
+            hang_on = -1
+        stop.set()
+        await asyncio.gather(*callers)
+        throughput = served / (time.perf_counter() - start)
+        status = svc.status()
+    rows = [
+        Row(case, 3, *quantiles(ms), throughput)
+        for case, ms in (
+            ("hang_detect", detect),
+            ("hang_stopped", stopped),
+            ("hang_recover", recover),
+        )
+    ]
+    print(
+        f"hang ({hangs} hung replicas, call_timeout_s={HANG_TIMEOUT_S:g}): marked down in p50 "
+        f"{rows[0].p50_ms:.0f} ms (max {max(detect):.0f}), process gone in p50 "
+        f"{rows[1].p50_ms:.0f} ms (max {max(stopped):.0f}), healthy again in p50 "
+        f"{rows[2].p50_ms:.0f} ms (max {max(recover):.0f}); {served} calls served, "
+        f"{status.failed} failed, {status.hangs} hangs counted"
+    )
+    return rows
+
+
+async def bench_host_loss() -> list[Row]:
+    job = ProcessJob({"a": 1, "b": 1})
+    config = ServiceConfig(
+        replicas=2,
+        router=RoundRobin(),
+        call_timeout_s=HANG_TIMEOUT_S,
+        restart_backoff_s=0.05,
+        name="hostloss",
+    )
+    try:
+        state: Any = job.state(cached_path=None)
+        async with await spawn_service(Bench, config, hosts=[state.a, state.b]) as svc:
+            stop = asyncio.Event()
+            served = 0
+
+            async def caller() -> None:
+                nonlocal served
+                while not stop.is_set():
+                    await svc.sleep.route(0.01)
+                    served += 1
+
+            start = time.perf_counter()
+            callers = [asyncio.ensure_future(caller()) for _ in range(4)]
+            await asyncio.sleep(0.5)
+            os.kill(job._host_to_pid["a_0"].pid, signal.SIGKILL)
+            t0 = time.perf_counter()
+            await until(lambda: svc.status().replicas[0].state != "healthy")
+            detect = (time.perf_counter() - t0) * 1e3
+            await until(lambda: svc.status().replicas[0].state == "healthy")
+            recover = (time.perf_counter() - t0) * 1e3
+            stop.set()
+            await asyncio.gather(*callers)
+            throughput = served / (time.perf_counter() - start)
+            status = svc.status()
+    finally:
+        job.kill()  # type: ignore[no-untyped-call]
+    print(
+        f"hostloss (host SIGKILLed, call_timeout_s={HANG_TIMEOUT_S:g}): its replica marked "
+        f"down in {detect:.0f} ms, healthy again on host {status.replicas[0].host} in "
+        f"{recover:.0f} ms (hosts down {list(status.hosts_down)}); {served} calls served, "
+        f"{status.failed} failed"
+    )
+    return [
+        Row("hostloss_detect", 2, detect, detect, throughput),
+        Row("hostloss_recover", 2, recover, recover, throughput),
+    ]
+
+
+CASES = ("overhead", "scale", "failover", "hang", "hostloss")
+
+
 async def main(args: argparse.Namespace) -> None:
-    rows = await bench_overhead(500 if args.quick else 3000)
-    rows += await bench_scaling([1, 2, 4, 8], 1.0 if args.quick else 3.0)
-    rows += await bench_failover(2 if args.quick else 5)
+    cases = set(args.cases.split(","))
+    if unknown := cases - set(CASES):
+        raise SystemExit(f"unknown --cases {sorted(unknown)}; known: {', '.join(CASES)}")
+    rows: list[Row] = []
+    if "overhead" in cases:
+        rows += await bench_overhead(500 if args.quick else 3000)
+    if "scale" in cases:
+        rows += await bench_scaling([1, 2, 4, 8], 1.0 if args.quick else 3.0)
+    if "failover" in cases:
+        rows += await bench_failover(2 if args.quick else 5)
+    if "hang" in cases:
+        rows += await bench_hang(2 if args.quick else 5)
+    if "hostloss" in cases:
+        rows += await bench_host_loss()
     if args.json:
         with open(args.json, "w") as f:  # noqa: ASYNC230 - once, after measuring
             json.dump([asdict(r) for r in rows], f, indent=1)
@@ -193,4 +353,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer calls (a smoke run)")
     parser.add_argument("--json", metavar="PATH", help="write the result rows as JSON here")
+    parser.add_argument(
+        "--cases", default=",".join(CASES), help=f"comma-separated, from {','.join(CASES)}"
+    )
     asyncio.run(main(parser.parse_args()))

@@ -50,7 +50,7 @@ async def test_a_hung_replica_is_stopped_and_restarted_and_its_calls_answered_el
         died, up = await seen.wait_for(2)
         assert seen.kinds() == [(0, "died"), (0, "up")]
         assert died.reason == (
-            f"hung: no answer to `work` within {TIMEOUT_S:g} s, so its processes were stopped"
+            f"hung: no answer to `work` within {TIMEOUT_S:g} s, so its processes are stopped"
         )
         assert up.restarts == 1
         status = await wait_until(svc, lambda s: s.healthy == 2)

@@ -1,6 +1,9 @@
 """Load-balanced, fault-tolerant replica services on Monarch.
 
     svc = await spawn_service(Generator, ServiceConfig(replicas=2), model_path)
+    svc = await spawn_service(                         # on given hosts, hangs detected
+        Generator, ServiceConfig(replicas=4, call_timeout_s=60.0), model_path,
+        hosts=[host_mesh_a, host_mesh_b])
     text = await svc.generate.route(prompt)            # one healthy replica
     await svc.update_weights.fanout(version)           # every healthy replica
     async with svc.session() as s:                     # the same replica, turn after turn

@@ -192,7 +192,7 @@ class Dispatcher:
         replica.counters.hangs += 1
         reason = (
             f"hung: no answer to `{req.endpoint}` within {seconds:g} s, so its processes "
-            "were stopped"
+            "are stopped"
         )
         self.replica_down(replica, generation, reason, timed_out=(req, seconds))
 

@@ -34,7 +34,7 @@ class ReplicaEvent:
     restarts: this replica's restarts so far (attempts, failed ones included), counting the
         one an "up" event announces.
     reason: one line. "died": Monarch's report of the failure, or for a hang
-        "hung: no answer to `<endpoint>` within <N> s, so its processes were stopped".
+        "hung: no answer to `<endpoint>` within <N> s, so its processes are stopped".
         "up": the death it recovers from. "gave_up": the last error (the death, or the
         last failed restart).
     at: when the service learned of it, seconds since the epoch (`time.time()`).
