@@ -87,18 +87,21 @@ async def _read_version(
         remaining = goal.deadline - time.monotonic()
         if remaining <= 0:
             raise PullTimeoutError(f"version >= {goal.want} did not arrive within {goal.wait_s}s")
-        transfer = asyncio.ensure_future(
-            handle.read_into(dst, timeout=remaining, transport=Transport.RDMA)
-        )
+        transfer = handle.read_into(dst, timeout=remaining, transport=Transport.RDMA)
         try:
-            # A transfer from a dead owner only ends at its timeout; on the owner's machine
-            # we can see the death sooner and stop waiting.
-            while not (await asyncio.wait({transfer}, timeout=_WATCH_S))[0]:
-                if local:
-                    check_owner(owner)
-            transfer.result()
+            if not local:  # only the transfer's own timeout can tell a dead owner here
+                await transfer
+            else:
+                # A transfer from a dead owner only ends at its timeout; on the owner's
+                # machine we can see the death sooner and stop waiting.
+                task = asyncio.ensure_future(transfer)
+                try:
+                    while not (await asyncio.wait({task}, timeout=_WATCH_S))[0]:
+                        check_owner(owner)
+                    task.result()
+                finally:
+                    task.cancel()  # no-op once done
         except (PublisherClosedError, PublisherDiedError, PullTimeoutError):
-            transfer.cancel()
             raise
         except Exception as e:
             if local:
