@@ -250,8 +250,10 @@ class Dispatcher:
         elif req.future.done():
             return
         elif timeout_s is not None and not retries_left:
+            sends = req.attempts + 1
             why = (
-                f"it was sent {req.attempts + 1} times (max_retries={self._config.max_retries})"
+                f"it was sent {sends} time{'s' if sends > 1 else ''} "
+                f"(max_retries={self._config.max_retries})"
                 if req.idempotent
                 else "the endpoint is non-idempotent, so it was not re-sent (it may or may "
                 "not have run)"
@@ -260,7 +262,7 @@ class Dispatcher:
                 CallTimeoutError(
                     f"service {self._name}: replica {replica.index} gave no answer to "
                     f"`{req.endpoint}` within its timeout of {timeout_s:g} s, so the replica "
-                    f"was taken as hung and is restarted; {why}"
+                    f"was taken as hung and stopped; {why}"
                 )
             )
         elif not req.idempotent:
