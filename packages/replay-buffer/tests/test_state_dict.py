@@ -4,6 +4,7 @@ nothing."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import io
 from typing import Any
 
@@ -189,3 +190,11 @@ def test_a_version_1_state_without_loss_masks_still_loads() -> None:
     restored_old = ReplayBuffer(ReplayBufferConfig(max_policy_age=2, seed=0))
     restored_old.load_state_dict(old)
     assert restored_old.stats().held == 2
+
+
+def test_every_episode_field_is_saved() -> None:
+    # Read from the dataclass, so a field added to `Episode` later survives a checkpoint.
+    buffer = ReplayBuffer()
+    buffer.add(make_episode(reward=1.0))
+    (saved,) = buffer.state_dict()["items"][0]["episodes"]
+    assert set(saved) == {f.name for f in dataclasses.fields(Episode)}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from replay_buffer._store import Item
@@ -31,17 +31,9 @@ _TOP_LEVEL = {
     "items",
     "counters",
 }
-_EPISODE_FIELDS = (
-    "prompt_ids",
-    "response_ids",
-    "behavior_logprobs",
-    "reward",
-    "advantage",
-    "policy_version",
-    "group_id",
-    "metadata",
-    "loss_mask",
-)
+# Every field of `Episode`, read from the dataclass: a field added to it later is saved and
+# restored without a change here (an older state without it decodes with its default).
+_EPISODE_FIELDS = tuple(f.name for f in fields(Episode))
 
 
 @dataclass(frozen=True)
