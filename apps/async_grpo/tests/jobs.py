@@ -12,7 +12,8 @@ import pytest
 from async_grpo.components import Components, spawn_components
 from async_grpo.config import RunConfig
 from async_grpo.loop import StepCallback
-from async_grpo.metrics import MetricsSink, RunMetrics
+from async_grpo.metrics import RunMetrics
+from async_grpo.metrics_sink import MetricsSink
 from async_grpo.prepare import Prepared
 
 

@@ -140,9 +140,14 @@ def test_subcommands_are_dispatched_before_config_parsing(monkeypatch: pytest.Mo
     [
         (
             NonFiniteError("train step 3: the loss is nan; the step was refused"),
-            "async-grpo: error: train step 3: the loss is nan; the step was refused\n",
+            "async-grpo: error: train step 3: the loss is nan; the step was refused; no "
+            "checkpoint was written yet\n",
         ),
-        (KeyError("x"), "async-grpo: error: KeyError: 'x' (in a spawned process)\n"),
+        (
+            KeyError("x"),
+            "async-grpo: error: KeyError: 'x' (in a spawned process); no checkpoint was "
+            "written yet\n",
+        ),
     ],
 )
 def test_a_run_failing_in_a_process_is_one_line(

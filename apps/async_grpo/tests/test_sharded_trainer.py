@@ -7,16 +7,18 @@ actors, all driven by the loop's own functions (`generate_episode`, `sync_weight
 """
 
 import asyncio
-import itertools
 from pathlib import Path
 
 import pytest
 import torch
+from async_grpo.actors.buffer import BufferActor
 from async_grpo.actors.generator import Generator
 from async_grpo.arguments import apply_overrides
+from async_grpo.broadcast import sync_weights
 from async_grpo.components import Components, TrainerMesh, shutdown, spawn_components, spawn_trainer
 from async_grpo.config import RunConfig
-from async_grpo.loop import generate_episode, sync_weights
+from async_grpo.ledger import PromptLedger
+from async_grpo.loop import generate_episode
 from async_grpo.metrics import RunMetrics
 from async_grpo.prepare import prepare
 from async_grpo.presets import tiny
@@ -39,13 +41,17 @@ async def run_steps(c: Components, cfg: RunConfig, single: TrainerMesh) -> list[
     """STEPS train steps on both trainers with the same batches; after each, a weight sync
     from the sharded one and a bit-for-bit check of the generator against `full_tensor()`.
     Returns the largest difference between the two trainers' weights after each step."""
-    ids = itertools.count()
+    ledger = PromptLedger(cfg.seed, cfg.generator.prompts_per_call, None)
     diffs = []
     for version in range(STEPS):
         batch = None
         while batch is None:
-            await generate_episode(c, cfg, RunMetrics(cfg.window), ids)
-            batch = await c.buffer.sample.call_one(version, cfg.trainer.batch_size)
+            call = ledger.claim(version)
+            assert call is not None
+            await generate_episode(c, cfg, RunMetrics(cfg.window), ledger, call, weights=None)
+            batch = await c.buffer.endpoint(BufferActor.sample).route(
+                version, cfg.trainer.batch_size
+            )
         episodes = list(batch.episodes)
         result, one = await asyncio.gather(
             c.trainer.train_step(episodes, None), single.train_step(episodes, None)

@@ -21,12 +21,15 @@ from pathlib import Path
 import monarch.actor
 import pytest
 import torch
+from async_grpo.actors.buffer import BufferActor
 from async_grpo.actors.generator import Generator
 from async_grpo.arguments import apply_overrides
 from async_grpo.batching import pack, sequence_logprobs
+from async_grpo.broadcast import sync_weights
 from async_grpo.components import shutdown, spawn_components
 from async_grpo.config import GeneratorConfig, ModelConfig, SamplingConfig
-from async_grpo.loop import generate_episode, sync_weights
+from async_grpo.ledger import PromptLedger
+from async_grpo.loop import generate_episode
 from async_grpo.metrics import RunMetrics
 from async_grpo.model import load_policy, load_tokenizer, write_random_checkpoint
 from async_grpo.prepare import prepare
@@ -325,11 +328,13 @@ def test_sharded_trainer_weights_reach_the_vllm_engine(tmp_path: Path) -> None:
     async def main() -> None:
         c = await spawn_components(cfg, prep, print)
         try:
-            ids = itertools.count()
+            ledger = PromptLedger(cfg.seed, cfg.generator.prompts_per_call, None)
             batch = None
             while batch is None:
-                await generate_episode(c, cfg, RunMetrics(cfg.window), ids)
-                batch = await c.buffer.sample.call_one(0, cfg.trainer.batch_size)
+                call = ledger.claim(0)
+                assert call is not None
+                await generate_episode(c, cfg, RunMetrics(cfg.window), ledger, call, weights=None)
+                batch = await c.buffer.endpoint(BufferActor.sample).route(0, cfg.trainer.batch_size)
             result = await c.trainer.train_step(list(batch.episodes), None)
             assert isinstance(result.weights, ShardedManifest)
             assert await sync_weights(c, result.weights) == 1

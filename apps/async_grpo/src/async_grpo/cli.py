@@ -10,12 +10,16 @@ reference model when the KL term is on), each in its own process, and trains unt
     uv run async-grpo --trainer.lr 1e-4 --trainer.loss.kl_coef 0.05
     uv run async-grpo --preset qwen2.5-0.5b --model /path/to/Qwen2.5-0.5B-Instruct
     uv run async-grpo --help                         # every option, its meaning and default
+    uv run async-grpo --resume                       # continue the newest checkpoint of --out_dir
     uv run async-grpo report runs/async-grpo         # report.html from a run's metrics and trace
     uv run async-grpo sweep                          # max_policy_age 0, 1, 2, 4, one report
 
 `--preset NAME` picks the named preset (`presets.PRESETS`), whose values are the defaults
-every other option overrides; `--model PATH` is short for `--model.path PATH`. An unknown
-key, a value of the wrong type or out of range is a one-line error before any process starts.
+every other option overrides; `--model PATH` is short for `--model.path PATH`. `--resume
+[PATH]` continues a checkpoint (the newest of `--out_dir`, or PATH) with its config, the
+other options applied on top. An unknown key, a value of the wrong type or out of range, a
+checkpoint that is missing, damaged or of another config is a one-line error before any
+process starts. Ctrl-C or SIGTERM ends the run after its current step with a checkpoint.
 """
 
 from __future__ import annotations
@@ -24,8 +28,10 @@ import asyncio
 import dataclasses
 import importlib
 import json
+import signal
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -35,11 +41,24 @@ from tqdm import tqdm  # type: ignore[import-untyped]
 from async_grpo import tracing
 from async_grpo.actors.trainer import TrainResult
 from async_grpo.arguments import parse
-from async_grpo.config import ConfigError, RunConfig
+from async_grpo.components import buffer_config
+from async_grpo.config import ConfigError, RunConfig, validate
+from async_grpo.job import StopRequest
 from async_grpo.loop import run_job
-from async_grpo.metrics import MetricsSink, RunMetrics, StepRow
+from async_grpo.metrics import RunMetrics, StepRow
+from async_grpo.metrics_sink import MetricsSink
 from async_grpo.prepare import Prepared, prepare
 from async_grpo.presets import PRESETS, default_preset
+from async_grpo.resume import (
+    Cut,
+    check_compatible,
+    check_newest,
+    find_checkpoint,
+    read_cut,
+    resume_hint,
+    saved_config,
+    split_resume,
+)
 from async_grpo.training import NonFiniteError
 
 
@@ -82,6 +101,8 @@ class Summary:
     eval_reached_09_step: int | None
     episodes_per_s: float
     trainer_idle_frac: float
+    stopped_by: int | None = None
+    """The signal (SIGINT, SIGTERM) that ended the run early, None if it ran to its end."""
 
 
 def split_preset(argv: list[str]) -> tuple[str, list[str]]:
@@ -106,6 +127,20 @@ def split_preset(argv: list[str]) -> tuple[str, list[str]]:
     return preset, rest
 
 
+def resume_config(target: str, argv: list[str]) -> tuple[RunConfig, Path]:
+    """The config of a resumed run and its checkpoint: the checkpoint's config with `argv`
+    applied on top (with `--preset`: the preset's, as without `--resume`), checked against
+    the checkpoint's (`resume.MAY_CHANGE`)."""
+    given = build_config(argv)
+    path = find_checkpoint(target, Path(given.out_dir))
+    saved = saved_config(path)
+    with_preset = any(a == "--preset" or a.startswith("--preset=") for a in argv)
+    cfg = given if with_preset else parse(argv, saved)
+    check_compatible(path, saved, cfg)
+    check_newest(path, Path(cfg.out_dir))
+    return cfg, path
+
+
 def build_config(argv: list[str]) -> RunConfig:
     """The `RunConfig` of a command line: the preset's, with every `--section.field value`
     applied. Raises `ConfigError` on bad input; `--help` prints the help and raises
@@ -128,19 +163,10 @@ class Reporter:
             leave=False,
             disable=True if quiet else None,
         )
-        self.rows: list[StepRow] = []
-        self.start_reward: float | None = None
-        self.reached: tuple[int, float] | None = None
         self.shown_eval: int | None = None
 
     def on_step(self, row: StepRow, result: TrainResult) -> None:
         del result
-        self.rows.append(row)
-        full = self.metrics.window_full()
-        if full and self.start_reward is None:
-            self.start_reward = row.reward_window
-        if full and self.reached is None and row.reward_window >= 0.9:
-            self.reached = (row.version, row.wall_s)
         self.bar.update(1)
         self.bar.set_postfix(reward=f"{row.reward_window:.2f}", v=row.version)
         if not self.quiet and (row.version % self.cfg.log_every == 0 or row.version == 1):
@@ -168,45 +194,88 @@ class Reporter:
                 f"(generator v{shown.policy_version}, {row.version - shown.policy_version} behind)"
             )
 
-    def summary(self, wall_s: float) -> Summary:
+    def summary(self, stopped_by: int | None) -> Summary:
+        """The run's summary; a resumed run's continues the interrupted run's (its metrics,
+        wall clock included, were restored from the checkpoint)."""
         metrics = self.metrics
         evals = metrics.evals
         self.bar.close()
-        last = self.rows[-1] if self.rows else None
+        last, reached, start = metrics.last_row, metrics.reached_09, metrics.start_reward
         return Summary(
             mode=self.cfg.mode,
             steps=last.version if last else 0,
-            wall_s=wall_s,
-            reward_start=self.start_reward if self.start_reward is not None else float("nan"),
+            wall_s=time.perf_counter() - metrics.start,
+            reward_start=start if start is not None else float("nan"),
             reward_end=metrics.reward_window(),
             exact_end=sum(metrics.exact) / max(1, len(metrics.exact)),
-            reached_09_step=self.reached[0] if self.reached else None,
-            reached_09_s=self.reached[1] if self.reached else None,
+            reached_09_step=reached[0] if reached else None,
+            reached_09_s=reached[1] if reached else None,
             eval_start=evals[0].reward if evals else None,
             eval_end=evals[-1].reward if evals else None,
             eval_per_prompt=evals[-1].per_prompt if evals else (),
             eval_reached_09_step=next((e.step for e in evals if e.reward >= 0.9), None),
             episodes_per_s=last.episodes_per_s if last else 0.0,
             trainer_idle_frac=last.trainer_idle_frac if last else 1.0,
+            stopped_by=stopped_by,
         )
 
 
-async def run(cfg: RunConfig, prep: Prepared, quiet: bool = False) -> Summary:
-    """Trains with `cfg` and returns the summary (also what the tests and benchmark call).
-    Writes `<out_dir>/config.json`, and with `cfg.trace` every process's spans into
-    `<out_dir>/trace.json` (also when the run fails or is interrupted)."""
+async def run(
+    cfg: RunConfig, prep: Prepared, quiet: bool = False, resume: Cut | None = None
+) -> Summary:
+    """Trains with `cfg` (from `resume` when given) and returns the summary (also what the
+    tests and benchmarks call). Writes `<out_dir>/config.json`, and with `cfg.trace` every
+    process's spans into `<out_dir>/trace.json` (also when the run fails or is
+    interrupted). The first Ctrl-C or SIGTERM ends the run after its current step, with a
+    checkpoint; a second Ctrl-C stops at once."""
     out_dir = Path(cfg.out_dir)
     sink = MetricsSink(out_dir)
     (out_dir / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), default=str))
     metrics = RunMetrics(cfg.window)
     reporter = Reporter(cfg, metrics, quiet)
-    start = time.perf_counter()
+    stop = StopRequest()
+    restore = _stop_on_signals(stop, reporter.quiet)
     try:
         with tracing.session(out_dir, enabled=cfg.trace):
-            await run_job(cfg, prep, sink, reporter.on_step, metrics, log=tqdm.write)
+            await run_job(
+                cfg, prep, sink, reporter.on_step, metrics, log=tqdm.write, resume=resume, stop=stop
+            )
     finally:
+        restore()
         sink.close()
-    return reporter.summary(time.perf_counter() - start)
+    return reporter.summary(stop.signal)
+
+
+def _stop_on_signals(stop: StopRequest, quiet: bool) -> Callable[[], None]:
+    """SIGINT / SIGTERM ask the run to stop after its step (a second SIGINT cancels it
+    outright); returns what puts the previous handling back."""
+    loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+    signals = (signal.SIGINT, signal.SIGTERM)
+
+    def on_signal(signum: int) -> None:
+        if stop.signal is not None:
+            if main is not None:
+                main.cancel()  # the second one: stop at once, without a checkpoint
+            return
+        stop.request(signum)
+        if not quiet:
+            tqdm.write(
+                f"[{signal.Signals(signum).name}: ending after this step with a checkpoint; "
+                "Ctrl-C again to stop at once]"
+            )
+
+    try:
+        for sig in signals:
+            loop.add_signal_handler(sig, on_signal, sig)
+    except (NotImplementedError, RuntimeError):  # not the main thread: no signals here
+        return lambda: None
+
+    def restore() -> None:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+
+    return restore
 
 
 def per_prompt(scores: tuple[tuple[str, float], ...]) -> str:
@@ -240,12 +309,13 @@ def print_summary(s: Summary, window: int, metrics_path: str) -> None:
 def run_failure(e: BaseException) -> str:
     """One line for a run that failed in a process: the innermost error, unwrapped from
     Monarch's `ActorError` (whose text is the whole remote traceback)."""
+    where = " (in a spawned process)" if isinstance(e, ActorError) else ""
     while isinstance(e, ActorError):
         e = e.exception
     if isinstance(e, NonFiniteError):
         return str(e)
     first = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {first[0] if first else ''} (in a spawned process)"
+    return f"{type(e).__name__}: {first[0] if first else ''}{where}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -254,8 +324,14 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args and args[0] in SUBCOMMANDS:
         return SUBCOMMANDS[args[0]](args[1:])
+    resume: Cut | None = None
     try:
+        target, args = split_resume(args)
         cfg = build_config(args)
+        if target is not None:
+            cfg, path = resume_config(target, args)
+            validate(cfg)
+            resume = read_cut(path, buffer_config(cfg))  # all checked before anything is written
         prep = prepare(cfg)
     except SystemExit as e:  # --help, printed by tyro
         return e.code if isinstance(e.code, int) else 0
@@ -268,14 +344,25 @@ def main(argv: list[str] | None = None) -> int:
         f"generators={cfg.generator.replicas} max_policy_age={cfg.effective_max_policy_age}"
     )
     try:
-        summary = asyncio.run(run(cfg, prep))
-    except KeyboardInterrupt:
-        print("\nasync-grpo: interrupted; every process was stopped.", file=sys.stderr)
+        summary = asyncio.run(run(cfg, prep, resume=resume))
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        print(
+            f"\nasync-grpo: interrupted; every process was stopped; {resume_hint(cfg.out_dir)}.",
+            file=sys.stderr,
+        )
         return 130
-    except (NonFiniteError, ActorError) as e:
-        print(f"async-grpo: error: {run_failure(e)}", file=sys.stderr)
+    except Exception as e:  # the run failed in a process, or the controller itself did
+        if not isinstance(e, ActorError | NonFiniteError):
+            traceback.print_exc()  # a failure of the controller's own code: show where
+        print(f"async-grpo: error: {run_failure(e)}; {resume_hint(cfg.out_dir)}", file=sys.stderr)
         return 1
     print_summary(summary, cfg.window, f"{cfg.out_dir}/metrics.jsonl")
+    if summary.stopped_by is not None:
+        print(
+            f"async-grpo: interrupted; every process was stopped; {resume_hint(cfg.out_dir)}.",
+            file=sys.stderr,
+        )
+        return 128 + summary.stopped_by
     if cfg.trace:
         print(f"trace: {cfg.out_dir}/trace.json (uv run async-grpo report {cfg.out_dir})")
     return 0

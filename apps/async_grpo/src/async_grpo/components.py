@@ -1,9 +1,12 @@
 """Starting and stopping the job's processes, and the controller's handles on them.
 
-Each component runs in its own process (a service: one process per replica): the dataset,
-the replay buffer, the trainer (one process or a sharded mesh), the reference model when
-the KL term is on, the generator and reward services, and with `--env.tasks` one service
-per environment (`rl_envs`).
+Each component runs in its own process: the trainer (one process or a sharded mesh), and as
+services (`actor-service`: a replica that dies is started again, the calls it was serving
+sent again) the dataset, the replay buffer, the reference model when the KL term is on, the
+generator and reward services, and with `--env.tasks` one service per environment
+(`rl_envs`). A service replica that hangs is found by its call timeout (`--generator.
+call_timeout_s`, ...) and replaced the same way. The trainer is the controller's to restore
+(`recovery.py`): a call to a dead trainer raises `faults.TrainerDied`.
 """
 
 from __future__ import annotations
@@ -11,11 +14,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
 
 from actor_service import ReplicaEvent, Service, ServiceConfig, spawn_service
+from monarch._rust_bindings.monarch_hyperactor.supervision import SupervisionError
 from monarch.actor import ProcMesh, this_host
-from replay_buffer import Episode, ReplayBufferActor, ReplayBufferConfig
+from replay_buffer import Episode, ReplayBufferConfig
 from rl_envs import EnvironmentService, spawn_environment
 from torch import Tensor
 
@@ -27,6 +33,7 @@ from async_grpo.actors.reward import RewardActor
 from async_grpo.actors.trainer import Trainer, TrainResult
 from async_grpo.config import RunConfig
 from async_grpo.environments import parse_env_weights
+from async_grpo.faults import TrainerDied, tolerate_trainer_deaths
 from async_grpo.prepare import Prepared
 from async_grpo.training import add_stats
 from async_grpo.weight_sync import WeightUpdate, merge
@@ -35,22 +42,39 @@ from async_grpo.weight_sync import WeightUpdate, merge
 # process, imports torch and loads the model again (tens of seconds on a loaded 2-core
 # machine, minutes for a large model), and the run should wait for it, not fail.
 REPLICA_RESTART_WAIT_S = 600.0
+# The buffer's calls wait on purpose (a put for room, the trainer's sample up to the 1 s it
+# asks for), so only the trainer's sample is timed: a buffer that leaves it unanswered this
+# long is hung.
+BUFFER_SAMPLE_TIMEOUT_S = 120.0
+# The dataset answers from memory, at once.
+DATASET_TIMEOUT_S = 60.0
 
 
 class TrainerMesh:
     """The controller's handle on the trainer's ranks (one or more): every call goes to all
-    of them, and their answers are merged into the whole batch's."""
+    of them, and their answers are merged into the whole batch's. A call to a trainer whose
+    process died raises `TrainerDied`."""
 
-    def __init__(self, ranks: Trainer) -> None:
-        self.ranks = ranks
+    def __init__(self, ranks: Trainer, mesh: ProcMesh) -> None:
+        self.ranks, self.mesh = ranks, mesh
+
+    async def _call(self, call: Awaitable[Any]) -> list[Any]:
+        try:
+            answers = await call
+        except SupervisionError as e:
+            lines = str(e).strip().splitlines()
+            raise TrainerDied(lines[-1].strip() if lines else "a trainer process failed") from e
+        return list(answers.values())
 
     async def publish_initial(self) -> WeightUpdate:
-        """Version 0, staged for the generators."""
-        return merge(list((await self.ranks.publish_initial.call()).values()))
+        """The version the trainer starts from, staged for the generators."""
+        return merge(await self._call(self.ranks.publish_initial.call()))
 
     async def train_step(self, episodes: list[Episode], ref_logprobs: Tensor | None) -> TrainResult:
         """One optimizer step on the batch; returns once its weights are staged."""
-        steps = list((await self.ranks.train_step.call(episodes, ref_logprobs)).values())
+        steps: list[TrainResult] = await self._call(
+            self.ranks.train_step.call(episodes, ref_logprobs)
+        )
         return TrainResult(
             version=steps[0].version,
             weights=merge([s.weights for s in steps]),
@@ -63,31 +87,68 @@ class TrainerMesh:
 
     async def release(self, version: int) -> None:
         """Every generator runs `version` or newer: older staging may be reused."""
-        await self.ranks.release.call(version)
+        await self._call(self.ranks.release.call(version))
 
     async def full_weights(self) -> dict[str, Tensor]:
         """The current parameters, unsharded, by name."""
-        return dict(next(iter((await self.ranks.full_weights.call()).values())))
+        return dict((await self._call(self.ranks.full_weights.call()))[0])
+
+    async def save(self, path: Path) -> float:
+        """Starts writing the trainer's checkpoint into `path` (every rank its part); returns
+        once staged: the seconds training was held (the slowest rank's)."""
+        held: list[float] = await self._call(self.ranks.save.call(str(path)))
+        return max(held)
+
+    async def saved(self) -> None:
+        """Returns once the last `save` is on disk."""
+        await self._call(self.ranks.saved.call())
+
+    async def pids(self) -> list[int]:
+        return [int(p) for p in await self._call(self.ranks.pid.call())]
+
+    async def stop(self) -> None:
+        """Stops the trainer's processes (dead or alive)."""
+        with contextlib.suppress(Exception):
+            await self.mesh.stop()
 
 
 @dataclasses.dataclass
 class Components:
     """Handles to every running component, and every process mesh to stop at the end."""
 
-    dataset: DatasetActor
+    dataset: Service[DatasetActor]
     generator: Service[Generator]
     reward: Service[RewardActor]
-    reference: ReferenceModel | None
-    buffer: ReplayBufferActor  # the app's `BufferActor`: the same endpoints, traced
+    reference: Service[ReferenceModel] | None
+    buffer: Service[BufferActor]
     trainer: TrainerMesh
     procs: list[ProcMesh]
     envs: dict[str, EnvironmentService] = dataclasses.field(default_factory=dict)
     """One service per environment of `--env.tasks`, by name (empty without)."""
 
+    def services(self) -> dict[str, Service[Any]]:
+        """Every service by name, the environments' included."""
+        named: dict[str, Service[Any]] = {
+            "dataset": self.dataset,
+            "generator": self.generator,
+            "reward": self.reward,
+            "buffer": self.buffer,
+        }
+        if self.reference is not None:
+            named["reference"] = self.reference
+        for name, env in self.envs.items():
+            assert isinstance(env.service, Service)  # spawned here, not a handle
+            named[name] = env.service
+        return named
 
-async def spawn_trainer(cfg: RunConfig, model_path: str, procs: list[ProcMesh]) -> TrainerMesh:
+
+async def spawn_trainer(
+    cfg: RunConfig, model_path: str, procs: list[ProcMesh], restore: Path | None = None
+) -> TrainerMesh:
     """Spawns the trainer on a mesh of `cfg.trainer.procs` processes (appended to `procs`,
-    so the caller stops it even when set-up fails)."""
+    so the caller stops it even when set-up fails), from `restore` (a trainer checkpoint
+    directory) when given."""
+    tolerate_trainer_deaths()
     mesh = this_host().spawn_procs(per_host={"procs": cfg.trainer.procs})
     procs.append(mesh)
     if cfg.trainer.procs > 1:
@@ -96,22 +157,13 @@ async def spawn_trainer(cfg: RunConfig, model_path: str, procs: list[ProcMesh]) 
 
         await setup_torch_elastic_env_async(mesh)
     args = (model_path, cfg.trainer, cfg.sampling, cfg.seed, cfg.steps)
-    return TrainerMesh(mesh.spawn("trainer", Trainer, *args))
+    kwargs = {"restore": str(restore)} if restore is not None else {}
+    return TrainerMesh(mesh.spawn("trainer", Trainer, *args, **kwargs), mesh)
 
 
-async def spawn_components(
-    cfg: RunConfig, prep: Prepared, on_replica_event: Callable[[ReplicaEvent], None]
-) -> Components:
-    """Starts every component; `on_replica_event` hears of every service replica that dies,
-    comes back or is given up on."""
-    procs: list[ProcMesh] = []
-
-    def proc() -> ProcMesh:
-        mesh = this_host().spawn_procs(per_host={"procs": 1})
-        procs.append(mesh)
-        return mesh
-
-    buffer_cfg = ReplayBufferConfig(
+def buffer_config(cfg: RunConfig) -> ReplayBufferConfig:
+    """The replay buffer of a run: whole groups, the run's staleness bound, oldest first."""
+    return ReplayBufferConfig(
         max_policy_age=cfg.effective_max_policy_age,
         max_buffer_size=cfg.buffer.capacity,
         admission_limit=cfg.buffer.capacity,
@@ -119,20 +171,69 @@ async def spawn_components(
         sampling="fifo",
         seed=cfg.seed,
     )
+
+
+def service_config(
+    name: str, replicas: int, cfg: RunConfig, timeout_s: float = 0.0, **more: Any
+) -> ServiceConfig:
+    """A service of the run: waits for a replica being restarted, restarts each replica up
+    to `cfg.max_restarts` times, and takes a replica that leaves a call unanswered for
+    `timeout_s` (0: never) as hung."""
+    return ServiceConfig(
+        replicas=replicas,
+        name=name,
+        no_healthy_timeout_s=REPLICA_RESTART_WAIT_S,
+        max_restarts=cfg.max_restarts,
+        call_timeout_s=timeout_s or None,
+        **more,
+    )
+
+
+async def spawn_components(
+    cfg: RunConfig,
+    prep: Prepared,
+    on_replica_event: Callable[[ReplicaEvent], None],
+    restore: Path | None = None,
+) -> Components:
+    """Starts every component (the trainer from `restore`, a trainer checkpoint directory,
+    when given); `on_replica_event` hears of every service replica that dies, comes back or
+    is given up on."""
+    procs: list[ProcMesh] = []
+    started: list[Service[Any]] = []
+
+    async def service(actor: type[Any], config: ServiceConfig, *args: Any) -> Service[Any]:
+        svc = await spawn_service(actor, config, *args)
+        started.append(svc)
+        return svc
+
     try:
-        dataset = proc().spawn("dataset", DatasetActor, cfg.data, prep.samples, cfg.seed)
-        buffer = proc().spawn("replay_buffer", BufferActor, buffer_cfg)
-        trainer = await spawn_trainer(cfg, prep.model_path, procs)
-        reference = None
-        if cfg.trainer.loss.kl_coef > 0:
-            reference = proc().spawn("reference", ReferenceModel, prep.model_path, cfg.sampling)
-        started = await asyncio.gather(
-            spawn_service(
+        trainer = await spawn_trainer(cfg, prep.model_path, procs, restore)
+        # Concurrently: each spawns processes that import torch and load a model.
+        dataset, buffer, generator, reward = await asyncio.gather(
+            service(
+                DatasetActor,
+                service_config("dataset", 1, cfg, DATASET_TIMEOUT_S),
+                cfg.data,
+                prep.samples,
+                cfg.seed,
+            ),
+            service(
+                BufferActor,
+                # Its endpoints are concurrent: puts waiting for room, the trainer's sample
+                # and a checkpoint's state_dict are all in flight at once.
+                service_config(
+                    "buffer",
+                    1,
+                    cfg,
+                    max_in_flight_per_replica=64,
+                    endpoint_timeouts=(("sample_wait", BUFFER_SAMPLE_TIMEOUT_S),),
+                ),
+                buffer_config(cfg),
+            ),
+            service(
                 Generator,
-                ServiceConfig(
-                    replicas=cfg.generator.replicas,
-                    name="generator",
-                    no_healthy_timeout_s=REPLICA_RESTART_WAIT_S,
+                service_config(
+                    "generator", cfg.generator.replicas, cfg, cfg.generator.call_timeout_s
                 ),
                 prep.model_path,
                 cfg.model,
@@ -140,27 +241,27 @@ async def spawn_components(
                 cfg.seed,
                 cfg.generator,
             ),
-            spawn_service(
+            service(
                 RewardActor,
-                ServiceConfig(
-                    replicas=cfg.reward.replicas,
-                    name="reward",
-                    no_healthy_timeout_s=REPLICA_RESTART_WAIT_S,
-                ),
+                service_config("reward", cfg.reward.replicas, cfg, cfg.reward.call_timeout_s),
                 cfg.reward.fns,
             ),
-            return_exceptions=True,
         )
-        generator, reward = started
-        if isinstance(generator, BaseException) or isinstance(reward, BaseException):
-            for svc in started:
-                if isinstance(svc, Service):
-                    await svc.shutdown()
-            raise next(e for e in started if isinstance(e, BaseException))
+        reference = None
+        if cfg.trainer.loss.kl_coef > 0:
+            reference = await service(
+                ReferenceModel,
+                service_config("reference", 1, cfg, cfg.generator.call_timeout_s),
+                prep.model_path,
+                cfg.sampling,
+            )
     except BaseException:
-        await _stop(procs)  # the plain meshes started so far
+        for svc in started:
+            with contextlib.suppress(Exception):
+                await svc.shutdown()
+        await _stop(procs)  # the trainer, if it started
         raise
-    for svc in (generator, reward):
+    for svc in started:
         svc.add_listener(on_replica_event)
     c = Components(dataset, generator, reward, reference, buffer, trainer, procs)
     try:
@@ -180,11 +281,12 @@ async def spawn_envs(
     envs: dict[str, EnvironmentService] = {}
     try:
         for name in parse_env_weights(cfg.env.tasks) if cfg.env.tasks else {}:
-            config = ServiceConfig(
-                replicas=cfg.env.replicas,
-                name=name,
+            config = service_config(
+                name,
+                cfg.env.replicas,
+                cfg,
+                cfg.env.call_timeout_s,
                 max_in_flight_per_replica=64,
-                no_healthy_timeout_s=REPLICA_RESTART_WAIT_S,
             )
             envs[name] = await spawn_environment(name, config)
             service = envs[name].service
@@ -200,15 +302,10 @@ async def spawn_envs(
 
 async def shutdown(c: Components) -> None:
     """Stops every service and process this run started."""
-    services: list[Service[Generator] | Service[RewardActor] | EnvironmentService] = [
-        c.generator,
-        c.reward,
-        *c.envs.values(),
-    ]
-    for svc in services:
+    for svc in c.services().values():
         with contextlib.suppress(Exception):
             await svc.shutdown()
-    await _stop(c.procs)
+    await _stop([*c.procs, c.trainer.mesh])
 
 
 async def _stop(procs: list[ProcMesh]) -> None:

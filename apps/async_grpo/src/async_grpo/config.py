@@ -82,6 +82,9 @@ class EnvConfig:
     """Policy turns after which an episode is cut (and trained on as it stands)."""
     step_timeout_s: float = 30.0
     """An environment's reset or step slower than this fails its episode (dropped, counted)."""
+    call_timeout_s: float = 120.0
+    """A call an environment replica leaves unanswered this long marks it hung: it is
+    stopped and restarted (`actor-service`); 0: no timeout."""
 
 
 @dataclasses.dataclass
@@ -114,6 +117,10 @@ class GeneratorConfig:
     """vllm: GPUs each replica's model is split over (1 on a CPU)."""
     kv_block_tokens: int = 0
     """vllm: tokens per KV-cache block (0: vLLM's choice); the prefix cache reuses whole blocks."""
+    call_timeout_s: float = 300.0
+    """A call (a batch, a turn, a weight load) a replica leaves unanswered this long marks
+    it hung: it is stopped and restarted, the call sent to another (`actor-service`); 0: no
+    timeout."""
 
 
 @dataclasses.dataclass
@@ -124,6 +131,9 @@ class RewardConfig:
     """Reward functions with weights, e.g. "count" or "numeric:0.9,format:0.1"."""
     replicas: int = 1
     """Reward processes."""
+    call_timeout_s: float = 60.0
+    """A scoring call a replica leaves unanswered this long marks it hung: it is stopped and
+    restarted (`actor-service`); 0: no timeout."""
 
 
 @dataclasses.dataclass
@@ -174,6 +184,17 @@ class BufferConfig:
 
 
 @dataclasses.dataclass
+class CheckpointConfig:
+    """Checkpoints of the whole run (trainer, buffer, prompt position, metrics, config) under
+    `<out_dir>/checkpoints/step-NNNNNN/`; `--resume` continues the newest (`run_checkpoint`)."""
+
+    every: int = 100
+    """Train steps between checkpoints; one is also written at the end and on Ctrl-C/SIGTERM."""
+    keep: int = 2
+    """Newest complete checkpoints kept; an older one is deleted once a newer one is complete."""
+
+
+@dataclasses.dataclass
 class RunConfig:
     """A whole run: every component's settings and the loop's."""
 
@@ -185,6 +206,7 @@ class RunConfig:
     reward: RewardConfig = dataclasses.field(default_factory=RewardConfig)
     trainer: TrainerConfig = dataclasses.field(default_factory=TrainerConfig)
     buffer: BufferConfig = dataclasses.field(default_factory=BufferConfig)
+    checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
     mode: Literal["async", "sync"] = "async"
     """async: generation runs ahead of training; sync: the same loop with max_policy_age 0."""
     steps: int = 300
@@ -209,6 +231,9 @@ class RunConfig:
     """Stop after this many minutes of training."""
     trace: bool = True
     """Record every process's spans into <out_dir>/trace.json (read by `async-grpo report`)."""
+    max_restarts: int = 100
+    """Restarts allowed per process over the run (each service replica; the trainer's
+    restores from a checkpoint); beyond them a death ends the run."""
 
     @property
     def effective_max_policy_age(self) -> int:
@@ -222,6 +247,7 @@ def validate(cfg: RunConfig) -> None:
     how fields fit together (so `--trainer.batch_size 0` is about the batch size, not about
     the groups it would hold)."""
     d, s, t, loss = cfg.data, cfg.sampling, cfg.trainer, cfg.trainer.loss
+    inf = float("inf")
     ranges: list[tuple[str, bool, str]] = [
         ("steps", cfg.steps >= 1, ">= 1"),
         ("rollout_loops", cfg.rollout_loops >= 1, ">= 1"),
@@ -263,6 +289,12 @@ def validate(cfg: RunConfig) -> None:
         ("env.replicas", cfg.env.replicas >= 1, ">= 1"),
         ("env.max_turns", cfg.env.max_turns >= 1, ">= 1"),
         ("env.step_timeout_s", 0 < cfg.env.step_timeout_s < float("inf"), "> 0"),
+        ("env.call_timeout_s", 0 <= cfg.env.call_timeout_s < inf, ">= 0 (0: none)"),
+        ("generator.call_timeout_s", 0 <= cfg.generator.call_timeout_s < inf, ">= 0 (0: none)"),
+        ("reward.call_timeout_s", 0 <= cfg.reward.call_timeout_s < inf, ">= 0 (0: none)"),
+        ("checkpoint.every", cfg.checkpoint.every >= 1, ">= 1 (train steps between checkpoints)"),
+        ("checkpoint.keep", cfg.checkpoint.keep >= 1, ">= 1"),
+        ("max_restarts", cfg.max_restarts >= 0, ">= 0"),
     ]
     for key, ok, rule in ranges:
         if not ok:

@@ -10,14 +10,19 @@ from rl_envs import Task
 from transformers import PreTrainedTokenizerBase
 
 from async_grpo import tracing
+from async_grpo.actors.buffer import BufferActor
 from async_grpo.actors.generator import Generator
 from async_grpo.components import Components
 from async_grpo.config import RunConfig
 from async_grpo.environments import TaskSource, mean_by_env
 from async_grpo.evaluation import EvalFn
+from async_grpo.ledger import Call, PromptLedger
 from async_grpo.metrics import EvalResult, RunMetrics
 from async_grpo.multiturn import Encode, Record, play, policy_version
+from async_grpo.prompts import derive_seed
 from async_grpo.rollout import records_to_episodes
+from async_grpo.sampling import Completion
+from async_grpo.weight_sync import WeightUpdate
 
 
 def make_encode(tokenizer: PreTrainedTokenizerBase) -> Encode:
@@ -31,12 +36,25 @@ def make_encode(tokenizer: PreTrainedTokenizerBase) -> Encode:
 
 
 async def _play(
-    c: Components, cfg: RunConfig, encode: Encode, tasks: list[Task]
+    c: Components,
+    cfg: RunConfig,
+    encode: Encode,
+    tasks: Sequence[Task],
+    *,
+    seed: int,
+    weights: WeightUpdate | None,
 ) -> list[list[Record]]:
-    # One generator replica (a sticky session) samples every turn of this play.
+    # One generator replica (a sticky session) samples every turn of this play; each round
+    # of turns has its own seed, derived from the play's.
+    rounds = itertools.count()
     async with c.generator.session() as generator:
+        route = generator.endpoint(Generator.continue_turns).route
+
+        async def turns(contexts: list[list[int]]) -> list[Completion]:
+            return await route(contexts, derive_seed(seed, next(rounds)), weights)
+
         return await play(
-            generator.endpoint(Generator.continue_turns).route,
+            turns,
             encode,
             c.envs,
             tasks,
@@ -50,24 +68,30 @@ async def generate_env_episodes(
     c: Components,
     cfg: RunConfig,
     metrics: RunMetrics,
-    group_ids: itertools.count[int],
+    ledger: PromptLedger,
+    call: Call,
     *,
-    source: TaskSource,
     encode: Encode,
+    weights: WeightUpdate | None,
 ) -> int:
-    """One rollout: tasks -> a group of whole episodes per task -> advantages -> the
-    replay buffer. Returns the episodes put there."""
-    tasks = source.draw(cfg.generator.prompts_per_call)
+    """One rollout: the call's tasks -> a group of whole episodes per task -> advantages ->
+    the replay buffer. Returns the episodes put there."""
+    tasks = call.tasks or ()
     with tracing.span("play", track="rollout", episodes=len(tasks) * cfg.sampling.group_size):
-        groups = await _play(c, cfg, encode, tasks)
-    # Advantages within each group of whole episodes; a group with a failed one is dropped.
+        groups = await _play(c, cfg, encode, tasks, seed=call.seed, weights=weights)
+    # Advantages within each group of whole episodes; a group with a failed one is dropped
+    # (and its prompt index with it: each kept group keeps its task's index as its id).
+    kept = [i for i, g in zip(call.indices, groups, strict=True) if all(r.ok for r in g)]
     episodes, dropped = records_to_episodes(
-        groups, group_ids, encode, scale_by_std=cfg.trainer.scale_by_std
+        groups, iter(kept), encode, scale_by_std=cfg.trainer.scale_by_std
     )
+    incarnation = ""
     if episodes:
         with tracing.span("put", track="rollout", episodes=len(episodes)):
-            await c.buffer.put.call_one(episodes)
-    metrics.record_records(groups, dropped)
+            incarnation = await c.buffer.endpoint(BufferActor.put).route(episodes)
+    version = min((e.policy_version for e in episodes), default=0)
+    ledger.put(call, kept, version, incarnation)
+    ledger.in_order(call, lambda: metrics.record_records(groups, dropped))
     return len(episodes)
 
 
@@ -106,7 +130,9 @@ def env_eval(
     cfg: RunConfig,
     source: TaskSource,
     encode: Encode,
+    *,
     log: Callable[[str], None],
+    newest: Callable[[], WeightUpdate | None],
 ) -> EvalFn:
     """Evaluation on each environment's held-out tasks at its current level: the first
     `eval_prompts` of them, `group_size` episodes each, scored by `score_env_eval`. Each
@@ -114,7 +140,8 @@ def env_eval(
 
     async def run(step: int) -> EvalResult | None:
         tasks = source.eval_tasks(cfg.eval_prompts)
-        groups = await _play(c, cfg, encode, tasks)
+        seed = derive_seed(cfg.seed, "eval", step)
+        groups = await _play(c, cfg, encode, tasks, seed=seed, weights=newest())
         scored = score_env_eval(step, tasks, groups)
         if scored is None:
             log(f"[evaluation after step {step}: every episode failed; not recorded]")

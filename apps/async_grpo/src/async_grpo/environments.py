@@ -7,6 +7,7 @@ checks the spec before any process is spawned.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 
@@ -105,6 +106,16 @@ def env_corpus(weights: dict[str, float]) -> list[str]:
     return texts
 
 
+@dataclasses.dataclass(frozen=True)
+class TaskSourceState:
+    """A `TaskSource` at a checkpoint: its mixture's random state (`random.getstate()`), the
+    draws per environment, and each environment's curriculum level."""
+
+    rng: tuple[int, tuple[int, ...], float | None]
+    drawn: tuple[tuple[str, int], ...]
+    levels: tuple[tuple[str, int], ...]
+
+
 class TaskSource:
     """The tasks a run plays: groups drawn from a `TaskMixture`, each environment at its
     own curriculum level; evaluation on each environment's held-out tasks at that level.
@@ -124,6 +135,21 @@ class TaskSource:
     @property
     def levels(self) -> dict[str, int]:
         return {name: c.level for name, c in self.curricula.items()}
+
+    def state(self) -> TaskSourceState:
+        mixture = self.mixture.state_dict()
+        rng = mixture["rng"]
+        drawn = mixture["drawn"]
+        assert isinstance(rng, tuple)
+        assert isinstance(drawn, dict)
+        return TaskSourceState(rng, tuple(drawn.items()), tuple(self.levels.items()))
+
+    def load(self, state: TaskSourceState) -> None:
+        """Continues the draws and levels of `state` (a curriculum's history of promotions
+        is not kept: only the level it reached)."""
+        self.mixture.load_state_dict({"rng": state.rng, "drawn": dict(state.drawn)})
+        for name, level in state.levels:
+            self.curricula[name].level = level
 
     def draw(self, count: int) -> list[Task]:
         """`count` training tasks (each one GRPO group's)."""

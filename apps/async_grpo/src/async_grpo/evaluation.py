@@ -19,9 +19,11 @@ from actor_service import Service
 from async_grpo.actors.generator import Generator
 from async_grpo.actors.reward import RewardActor
 from async_grpo.metrics import EvalResult, RunMetrics
+from async_grpo.prompts import derive_seed
 from async_grpo.rewards import exact_match
 from async_grpo.sampling import Completion
 from async_grpo.tasks import Sample
+from async_grpo.weight_sync import WeightUpdate
 
 
 def score_eval(
@@ -56,12 +58,19 @@ score (every multi-turn episode failed)."""
 
 
 def prompt_eval(
-    generator: Service[Generator], reward: Service[RewardActor], prompts: list[Sample]
+    generator: Service[Generator],
+    reward: Service[RewardActor],
+    prompts: list[Sample],
+    seed: int,
+    newest: Callable[[], WeightUpdate | None],
 ) -> EvalFn:
-    """Evaluation on fixed prompts: `group_size` samples each, scored by the reward service."""
+    """Evaluation on fixed prompts: `group_size` samples each (seeded by `seed` and the step,
+    from the `newest` weights or newer), scored by the reward service."""
 
     async def run(step: int) -> EvalResult | None:
-        groups = await generator.endpoint(Generator.generate).route([s.prompt for s in prompts])
+        groups = await generator.endpoint(Generator.generate).route(
+            [s.prompt for s in prompts], derive_seed(seed, "eval", step), newest()
+        )
         texts = [c.text for group in groups for c in group]
         targets = [s.target for s, group in zip(prompts, groups, strict=True) for _ in group]
         rewards = await reward.endpoint(RewardActor.score).route(texts, targets)
@@ -77,6 +86,14 @@ class Evaluator:
     def __init__(self, run: EvalFn, metrics: RunMetrics) -> None:
         self._run, self._metrics = run, metrics
         self._task: asyncio.Task[EvalResult | None] | None = None
+        self._step = 0
+
+    @property
+    def pending(self) -> int | None:
+        """The step of the evaluation running now (None if none): a checkpoint records it,
+        and the resumed run runs it again."""
+        running = self._task is not None and not self._task.done()
+        return self._step if running else None
 
     async def evaluate(self, step: int) -> EvalResult | None:
         """One evaluation now."""
@@ -92,6 +109,7 @@ class Evaluator:
             if not self._task.done():
                 return
             self._task.result()
+        self._step = step
         self._task = asyncio.create_task(self.evaluate(step))
 
     async def final(self, step: int) -> EvalResult | None:

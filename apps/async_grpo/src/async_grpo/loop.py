@@ -2,89 +2,86 @@
 
 Async and sync are one code path. Rollout loops generate episodes until the run ends; the
 training loop samples batches no older than `max_policy_age` versions, trains, and hands
-the new weights to a background sync. Before each episode a rollout loop waits until the
-generators' weights are at most `max_policy_age` versions behind the trainer, so with
-`max_policy_age=0` (`--mode sync`) generation pauses while the trainer steps and the weights
-move: collect, train, sync, repeat. A rollout is one prompt and one response per episode
+the new weights to a background sync (`broadcast.py`). Before each call of prompts a
+rollout loop waits until the generators' weights are at most `max_policy_age` versions
+behind the trainer, and takes the call from the prompt ledger (`ledger.py`), which in sync
+mode (`max_policy_age=0`) hands out exactly one batch of prompts per version: collect,
+train, sync, repeat. A rollout is one prompt and one response per episode
 (`generate_episode`), or with `--env.tasks` whole multi-turn episodes against environment
 services (`env_rollout.generate_env_episodes`).
+
+Every `--checkpoint.every` steps, at the end and on Ctrl-C / SIGTERM the training loop
+takes a checkpoint at the cut between two steps (`checkpointing.py`); a trainer that dies
+is restored from the newest one, the run rolled back to it (`recovery.py`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
-from actor_service import NoHealthyReplicaError, ReplicaEvent
-from replay_buffer import SampledBatch
+from replay_buffer import Episode, SampledBatch
 from rl_envs import Warmup
 
-from async_grpo import tracing
+from async_grpo import run_checkpoint, tracing
+from async_grpo.actors.buffer import BufferActor
+from async_grpo.actors.dataset import DatasetActor
 from async_grpo.actors.generator import Generator
+from async_grpo.actors.reference import ReferenceModel
 from async_grpo.actors.reward import RewardActor
 from async_grpo.actors.trainer import TrainResult
+from async_grpo.broadcast import WeightBroadcast
+from async_grpo.checkpointing import Checkpoints
 from async_grpo.components import Components, shutdown, spawn_components
 from async_grpo.config import RunConfig
 from async_grpo.env_rollout import env_eval, generate_env_episodes, make_encode
 from async_grpo.environments import TaskSource
 from async_grpo.evaluation import Evaluator, prompt_eval
-from async_grpo.metrics import MetricsSink, RunMetrics, StepRow
+from async_grpo.faults import TrainerDied
+from async_grpo.job import Run, StopRequest
+from async_grpo.ledger import Call, Draw, PromptLedger
+from async_grpo.metrics import RunMetrics, StepRow
+from async_grpo.metrics_sink import MetricsSink
 from async_grpo.model import load_tokenizer
 from async_grpo.prepare import Prepared
+from async_grpo.recovery import apply_cut, replica_event_recorder, restore_trainer
+from async_grpo.resume import Cut
 from async_grpo.rollout import to_episodes
+from async_grpo.run_state import ControllerState
 from async_grpo.tasks import Sample, eval_set
-from async_grpo.weight_sync import WeightSync, WeightUpdate
+from async_grpo.versions import Versions
+from async_grpo.weight_sync import WeightUpdate
 
-
-class Versions:
-    """The trainer's version (in sync mode, the one its running step produces) and the
-    oldest version a generator replica runs, with a condition the rollout loops wait on."""
-
-    def __init__(self) -> None:
-        self.trainer = 0
-        self.generators = 0
-        self.stopped = False
-        self._changed = asyncio.Condition()
-
-    async def set(self, *, trainer: int | None = None, generators: int | None = None) -> None:
-        async with self._changed:
-            self.trainer = trainer if trainer is not None else self.trainer
-            self.generators = generators if generators is not None else self.generators
-            self._changed.notify_all()
-
-    async def stop(self) -> None:
-        """Ends the run for every waiter: `wait_fresh` returns at once from now on."""
-        async with self._changed:
-            self.stopped = True
-            self._changed.notify_all()
-
-    async def wait_generators(self, version: int) -> None:
-        """Returns once every generator runs `version` or newer."""
-        async with self._changed:
-            await self._changed.wait_for(lambda: self.generators >= version)
-
-    async def wait_fresh(self, max_age: int) -> None:
-        """Returns once generators are at most `max_age` versions behind the trainer."""
-        async with self._changed:
-            await self._changed.wait_for(
-                lambda: self.stopped or self.trainer - self.generators <= max_age
-            )
+StepCallback = Callable[[StepRow, TrainResult], None]
+Rollout = Callable[[Call], Awaitable[int]]
+"""One rollout of a call's prompts into the buffer; returns the episodes put there."""
+Record = Callable[[StepRow, TrainResult, list[int]], None]
+"""Writes a step's row and the prompts it trained on."""
 
 
 async def generate_episode(
-    c: Components, cfg: RunConfig, metrics: RunMetrics, group_ids: itertools.count[int]
+    c: Components,
+    cfg: RunConfig,
+    metrics: RunMetrics,
+    ledger: PromptLedger,
+    call: Call,
+    *,
+    weights: WeightUpdate | None,
 ) -> int:
     """One rollout: prompts -> a group of responses per prompt -> rewards -> advantages ->
     the replay buffer. Returns the episodes put there."""
-    # Prompts and their targets.
+    # Prompts and their targets, by index in the run's prompt stream.
     with tracing.span("prompts", track="rollout"):
-        samples = await c.dataset.sample.call_one(cfg.generator.prompts_per_call)
-    # group_size responses per prompt, all from one replica and one policy version.
+        samples = await c.dataset.endpoint(DatasetActor.samples).route(list(call.indices))
+    # group_size responses per prompt, all from one replica and one policy version (these
+    # weights or newer), drawn with the call's seed.
     with tracing.span("generate", track="rollout", prompts=len(samples)):
-        groups = await c.generator.endpoint(Generator.generate).route([s.prompt for s in samples])
+        groups = await c.generator.endpoint(Generator.generate).route(
+            [s.prompt for s in samples], call.seed, weights
+        )
     # Rewards for every response.
     completions = [comp for group in groups for comp in group]
     targets = [s.target for s, group in zip(samples, groups, strict=True) for _ in group]
@@ -93,135 +90,88 @@ async def generate_episode(
             [comp.text for comp in completions], targets
         )
     # Advantages relative to the other answers to the same prompt, into the buffer as whole
-    # groups; `put` waits while the buffer is full (admission control).
-    episodes = to_episodes(groups, rewards, group_ids, scale_by_std=cfg.trainer.scale_by_std)
+    # groups (a group's id is its prompt's index); `put` waits while the buffer is full.
+    episodes = to_episodes(
+        groups, rewards, iter(call.indices), scale_by_std=cfg.trainer.scale_by_std
+    )
     with tracing.span("put", track="rollout", episodes=len(episodes)):
-        await c.buffer.put.call_one(episodes)
-    metrics.record_episodes(completions, targets, rewards)
+        incarnation = await c.buffer.endpoint(BufferActor.put).route(episodes)
+    ledger.put(call, call.indices, min(e.policy_version for e in episodes), incarnation)
+    ledger.in_order(call, lambda: metrics.record_episodes(completions, targets, rewards))
     return len(episodes)
 
 
-Rollout = Callable[[], Awaitable[int]]
-"""One rollout into the buffer; returns the episodes put there."""
-
-
-async def rollout_loop(
-    cfg: RunConfig, versions: Versions, rollout: Rollout, warmup: Warmup
-) -> None:
-    while not versions.stopped:
+async def rollout_loop(run: Run, rollout: Rollout, warmup: Warmup, draw: Draw | None) -> None:
+    while True:
         with tracing.span("wait_fresh", track="rollout", wait=True):
-            await versions.wait_fresh(cfg.effective_max_policy_age)
+            call = await run.versions.claim(run.ledger, run.cfg.effective_max_policy_age, draw)
+        if call is None:
+            return
         with tracing.span("episode", track="rollout"):
-            warmup.record(await rollout())
+            warmup.record(await rollout(call))
+        await run.versions.notify()  # a dropped group frees room in sync mode's batch
 
 
-async def sync_weights(c: Components, update: WeightUpdate) -> int:
-    """Every generator replica pulls `update` (or newer); returns the oldest version they run.
-    The trainer may then reuse the staging of versions older than that one: the newest
-    stays staged for a replica that comes back after a death."""
-    syncs: list[WeightSync] = await c.generator.endpoint(Generator.update_weights).fanout(update)
-    version = min(s.version for s in syncs)
-    if version > 0:
-        await c.trainer.release(version - 1)
-    return version
-
-
-class WeightBroadcast:
-    """The newest weights, on their way to every generator replica.
-
-    `offer` queues a new version; `run` applies the newest queued one with one fanout at a
-    time (versions published meanwhile are folded into the next fanout). A replica that
-    comes back after a death runs its initial weights, so `resend` queues the newest
-    version again; a fanout that found no live replica waits for that.
-    """
-
-    def __init__(self) -> None:
-        self.newest: WeightUpdate | None = None
-        self._queue: asyncio.Queue[WeightUpdate] = asyncio.Queue()
-
-    def offer(self, update: WeightUpdate) -> None:
-        self.newest = update
-        self._queue.put_nowait(update)
-
-    def resend(self) -> None:
-        if self.newest is not None:
-            self._queue.put_nowait(self.newest)
-
-    async def run(self, c: Components, versions: Versions, metrics: RunMetrics) -> None:
-        while True:
-            update = await self._queue.get()
-            while not self._queue.empty():
-                update = self._queue.get_nowait()
-            start = time.perf_counter()
-            try:
-                with tracing.span("sync", track="weight_sync", version=update.version):
-                    version = await sync_weights(c, update)
-            except NoHealthyReplicaError:
-                continue  # every replica died under the fanout: each one back is resent to
-            metrics.last_sync_s = time.perf_counter() - start
-            await versions.set(generators=version)
-
-
-StepCallback = Callable[[StepRow, TrainResult], None]
-
-
-async def training_loop(
-    c: Components,
-    cfg: RunConfig,
-    versions: Versions,
-    metrics: RunMetrics,
-    weights: WeightBroadcast,
-    *,
-    evaluator: Evaluator,
-    warmup: Warmup,
-    on_step: StepCallback,
-) -> int:
-    """Trains until `cfg.steps` steps, `cfg.max_minutes` or `cfg.stop_at_reward`; returns
-    the last version."""
+async def training_loop(run: Run, warmup: Warmup, record: Record) -> int:
+    """Trains until `cfg.steps` steps, `cfg.max_minutes`, `cfg.stop_at_reward` or a stop
+    request; ends with a checkpoint and returns the last version."""
+    cfg, c, ledger, metrics, stop = run.cfg, run.c, run.ledger, run.metrics, run.stop.event
     deadline = time.perf_counter() + cfg.max_minutes * 60
-    version = 0
+    version = run.versions.trainer
     # The warm-up fill (`buffer.warmup_episodes`) is collected before the first step.
     with tracing.span("warmup", track="train", wait=True):
         await warmup.wait()
-    next_batch = _request_batch(c, cfg, version)
-    while version < cfg.steps and time.perf_counter() < deadline:
+    next_batch: asyncio.Future[SampledBatch | None] | None = None
+    while version < cfg.steps and time.perf_counter() < deadline and not stop.is_set():
         # A batch of whole groups, none older than max_policy_age versions; the buffer
         # answers as soon as the episode that completes one arrives.
+        next_batch = next_batch or _request_batch(c, cfg, version)
         with tracing.span("sample_wait", track="train", wait=True, version=version):
-            batch = await next_batch
+            batch = await _unless_stopped(next_batch, stop)
         if batch is None:
-            next_batch = _request_batch(c, cfg, version)
+            next_batch = None if next_batch.done() else next_batch
             continue
-        episodes = list(batch.episodes)
-        # The next step's batch is gathered while this one trains: it may only hold episodes
-        # fresh enough for the weights this step produces (version + 1).
-        next_batch = _request_batch(c, cfg, version + 1)
-        if cfg.effective_max_policy_age == 0:
-            # Sync: nothing generated on the outgoing weights could be trained on, so
-            # rollouts wait from now, not from the step's end. (With a staleness bound the
-            # generators' version as the controller sees it lags the replicas' by a sync in
-            # flight; waiting on it would idle them: 1142 -> 939 trained episodes/s.)
-            await versions.set(trainer=version + 1)
+        episodes, groups = _in_group_order(batch.episodes)
+        ledger.take(groups)
+        ledger.evict_stale(version, cfg.effective_max_policy_age)
+        # The next step's batch is gathered while this one trains (only episodes fresh
+        # enough for the weights it produces), unless a checkpoint follows: its cut must not
+        # miss a batch on its way.
+        next_batch = (
+            None if run.checkpoints.due(version + 1) else _request_batch(c, cfg, version + 1)
+        )
         # Reference log-probs for the KL term, when it is on.
-        if c.reference:
+        ref = None
+        if c.reference is not None:
             with tracing.span("reference", track="train"):
-                ref = await c.reference.logprobs.call_one(episodes)
-        else:
-            ref = None
+                ref = await c.reference.endpoint(ReferenceModel.logprobs).route(episodes)
         # One GRPO step; the trainer stages the new weights before it returns.
         with tracing.span("train_step", track="train", version=version + 1):
             result = await c.trainer.train_step(episodes, ref)
         version = result.version
+        ledger.trained(groups)
+        row = metrics.step_row(result, episodes, cfg.sampling.group_size)
+        # Every checkpoint.every steps, a checkpoint at the cut before the next step.
+        if run.checkpoints.due(version):
+            row = metrics.held_for_checkpoint(await run.checkpoints.take(run, version))
+        record(row, result, groups)
         # New weights go to the generators in the background; rollouts may proceed.
-        weights.offer(result.update)
-        await versions.set(trainer=version)
-        # Now and then an evaluation of the policy, in the background; the step's record.
+        run.weights.offer(result.update)
+        await run.versions.set(trainer=version)
+        # Now and then an evaluation of the policy, in the background.
         if cfg.eval_every and version % cfg.eval_every == 0:
-            evaluator.request(version)
-        on_step(metrics.step_row(result, episodes, cfg.sampling.group_size), result)
+            run.evaluator.request(version)
         if 0 < cfg.stop_at_reward <= metrics.reward_window() and metrics.window_full():
             break
-    next_batch.cancel()
+    # The end: a batch still on its way is not trained (its prompts go back to the ledger),
+    # then the last checkpoint.
+    if next_batch is not None:
+        leftover = await next_batch
+        ledger.take(_in_group_order(leftover.episodes)[1] if leftover else [])
+        ledger.untake()
+    if run.checkpoints.taken != version:
+        await run.checkpoints.take(run, version)
+    await run.checkpoints.finish()
     return version
 
 
@@ -229,31 +179,70 @@ def _request_batch(
     c: Components, cfg: RunConfig, version: int
 ) -> asyncio.Future[SampledBatch | None]:
     """Asks the buffer for a batch for the trainer at `version`; waits at most 1 s there."""
-    return asyncio.ensure_future(
-        c.buffer.sample_wait.call_one(version, cfg.trainer.batch_size, 1.0)
-    )
+    call = c.buffer.endpoint(BufferActor.sample_wait).route(version, cfg.trainer.batch_size, 1.0)
+    return asyncio.ensure_future(call)
 
 
-def replica_event_recorder(
-    metrics: RunMetrics, weights: WeightBroadcast, log: Callable[[str], None]
-) -> Callable[[ReplicaEvent], None]:
-    """Prints one line per replica death, return or abandonment and counts them; a
-    generator replica that is back gets the newest weights."""
+async def _unless_stopped(
+    batch: asyncio.Future[SampledBatch | None], stop: asyncio.Event
+) -> SampledBatch | None:
+    """The batch, or None if a stop is requested first (the request stays outstanding)."""
+    stopped: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
+    either: set[asyncio.Future[Any]] = {batch, stopped}
+    try:
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+    return batch.result() if batch.done() else None
 
-    def record(event: ReplicaEvent) -> None:
-        who = f"{event.service} replica {event.replica}"
-        if event.kind == "died":
-            metrics.replica_deaths += 1
-            log(f"[{who} died: {event.reason}; restarting it]")
-        elif event.kind == "up":
-            metrics.replica_restarts += 1
-            log(f"[{who} is back after {event.down_s or 0.0:.1f}s (restart {event.restarts})]")
-            if event.service == "generator":
-                weights.resend()
-        else:
-            log(f"[{who} stays down after {event.restarts} restarts: {event.reason}]")
 
-    return record
+def _in_group_order(episodes: tuple[Episode, ...]) -> tuple[list[Episode], list[int]]:
+    """The batch ordered by group id (a stable sort keeps each group's order), and its
+    group ids: the same batch in every run, whichever group arrived first."""
+    ordered = sorted(episodes, key=_group)
+    return ordered, sorted({_group(e) for e in episodes})
+
+
+def _group(episode: Episode) -> int:
+    """The episode's group id: its prompt's index in the run (`ledger.py`)."""
+    assert isinstance(episode.group_id, int)
+    return episode.group_id
+
+
+async def run_phase(run: Run, rollout: Rollout, draw: Draw | None, record: Record) -> int:
+    """Rollouts, the weight sync and the trainer, concurrently, until training ends (then
+    the final evaluation); returns the last version. Raises `TrainerDied` when the trainer
+    died, whichever loop noticed first."""
+    warmup = Warmup(run.cfg.buffer.warmup_episodes)
+    rollouts = [
+        asyncio.create_task(rollout_loop(run, rollout, warmup, draw))
+        for _ in range(run.cfg.rollout_loops)
+    ]
+    sync = asyncio.create_task(run.weights.run(run.c, run.versions, run.metrics))
+    trainer = asyncio.create_task(training_loop(run, warmup, record))
+    tasks = [*rollouts, sync, trainer]
+    try:
+        # The first task to finish is the trainer (done) or a loop that failed.
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for t in done:
+            t.result()  # re-raises a failure
+        last = trainer.result()
+        # Training is over: stop generating, let the generators take the final weights, and
+        # evaluate those once more.
+        await _cancel(rollouts)
+        if run.cfg.eval_every and not run.stop.event.is_set():
+            await run.versions.wait_generators(last)
+            await run.evaluator.final(last)
+        return last
+    except TrainerDied:
+        raise
+    except Exception as e:
+        # A generator pulling weights from a trainer that just died fails first: ask it.
+        if not await _trainer_alive(run.c):
+            raise TrainerDied(f"found dead after: {type(e).__name__}: {e}"[:300]) from e
+        raise
+    finally:
+        await _cancel(tasks)
 
 
 async def run_job(
@@ -264,70 +253,112 @@ async def run_job(
     metrics: RunMetrics,
     *,
     log: Callable[[str], None] = print,
+    resume: Cut | None = None,
+    stop: StopRequest | None = None,
 ) -> None:
-    """Runs the whole job, recording into `metrics`; every process started is stopped on
-    return, error or Ctrl-C."""
-    weights = WeightBroadcast()
-    c = await spawn_components(cfg, prep, replica_event_recorder(metrics, weights, log))
-    versions = Versions()
-    warmup = Warmup(cfg.buffer.warmup_episodes)
-    group_ids = itertools.count()
-    rollout: Rollout
-    if cfg.env.tasks:
-        # Whole episodes against the environment services, tasks drawn in the controller.
-        source = TaskSource(cfg.env, cfg.seed)
-        encode = make_encode(load_tokenizer(prep.model_path))
-        evaluator = Evaluator(env_eval(c, cfg, source, encode, log), metrics)
-
-        def rollout() -> Awaitable[int]:
-            return generate_env_episodes(c, cfg, metrics, group_ids, source=source, encode=encode)
-    else:
-        evaluator = Evaluator(prompt_eval(c.generator, c.reward, eval_set_for(cfg, prep)), metrics)
-
-        def rollout() -> Awaitable[int]:
-            return generate_episode(c, cfg, metrics, group_ids)
-
-    tasks: list[asyncio.Task[Any]] = []
+    """Runs the whole job from its start or from `resume`, recording into `metrics`; every
+    process started is stopped on return, error or Ctrl-C."""
+    out_dir = Path(cfg.out_dir)
+    run_checkpoint.remove_partials(out_dir)  # what a crash mid-write left behind
+    sync_groups = cfg.trainer.batch_size // cfg.sampling.group_size
+    ledger = PromptLedger(
+        cfg.seed, cfg.generator.prompts_per_call, sync_groups if cfg.mode == "sync" else None
+    )
+    versions, weights = Versions(), WeightBroadcast()
+    tasks = TaskSource(cfg.env, cfg.seed) if cfg.env.tasks else None
+    recorder = replica_event_recorder(
+        cfg, metrics=metrics, ledger=ledger, weights=weights, versions=versions, log=log
+    )
+    c = await spawn_components(cfg, prep, recorder, resume.trainer if resume else None)
+    evaluator, rollout = _rollout_and_eval(
+        c, cfg, prep, metrics=metrics, ledger=ledger, weights=weights, tasks=tasks, log=log
+    )
     try:
-        # Generators start from exactly the weights the trainer holds (version 0).
-        weights.newest = await c.trainer.publish_initial()
-        await sync_weights(c, weights.newest)
-        if cfg.eval_every:
-            await evaluator.evaluate(0)  # the starting point every later evaluation is read against
+        start = ControllerState(
+            0, ledger.state({}), metrics.snapshot(), tasks.state() if tasks else None, None
+        )
+        base = resume or Cut(None, start, None, "", "")
+        run = Run(
+            cfg=cfg,
+            prep=prep,
+            c=c,
+            ledger=ledger,
+            versions=versions,
+            metrics=metrics,
+            weights=weights,
+            sink=sink,
+            checkpoints=Checkpoints(cfg, base.checkpoint, log),
+            evaluator=evaluator,
+            tasks=tasks,
+            base=base,
+            stop=stop or StopRequest(),
+            log=log,
+        )
+        # Every process at the starting point: the trainer's version (0, or the
+        # checkpoint's), its weights on every generator, the buffer, ledger and metrics.
+        await apply_cut(run, base, rollback=False)
+        if resume is not None:
+            metrics.faults.resumes += 1
+            log(f"[resumed from {resume.checkpoint} at version {resume.version}]")
+        elif cfg.eval_every:
+            await evaluator.evaluate(0)  # the starting point later evaluations are read against
 
-        def step(row: StepRow, result: TrainResult) -> None:
-            sink.write(row)
+        def record(row: StepRow, result: TrainResult, groups: list[int]) -> None:
+            sink.write(row, groups)
             on_step(row, result)
 
-        # Rollouts, the weight sync and the trainer run concurrently from here.
-        rollouts = [
-            asyncio.create_task(rollout_loop(cfg, versions, rollout, warmup))
-            for _ in range(cfg.rollout_loops)
-        ]
-        sync = asyncio.create_task(weights.run(c, versions, metrics))
-        trainer = asyncio.create_task(
-            training_loop(
-                c, cfg, versions, metrics, weights, evaluator=evaluator, warmup=warmup, on_step=step
-            )
-        )
-        tasks = [*rollouts, sync, trainer]
-        # The first task to finish is the trainer (done) or a loop that failed.
-        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        for t in done:
-            t.result()  # re-raises a failure
-        last = trainer.result()
-        # Training is over: stop generating, let the generators take the final weights, and
-        # evaluate those once more.
-        await versions.stop()
-        await _cancel(rollouts)
-        if cfg.eval_every:
-            await versions.wait_generators(last)
-            await evaluator.final(last)
+        draw = tasks.draw if tasks is not None else None
+        # Train until done; a trainer that dies is restored from the newest checkpoint.
+        while True:
+            try:
+                await run_phase(run, rollout, draw, record)
+                break
+            except TrainerDied as e:
+                await restore_trainer(run, str(e))
     finally:
         await versions.stop()
         evaluator.cancel()
-        await _cancel(tasks)
         await shutdown(c)
+
+
+def _rollout_and_eval(
+    c: Components,
+    cfg: RunConfig,
+    prep: Prepared,
+    *,
+    metrics: RunMetrics,
+    ledger: PromptLedger,
+    weights: WeightBroadcast,
+    tasks: TaskSource | None,
+    log: Callable[[str], None],
+) -> tuple[Evaluator, Rollout]:
+    """The run's rollout (prompts, or multi-turn episodes) and its evaluation."""
+    if tasks is not None:
+        # Whole episodes against the environment services, tasks drawn in the controller.
+        encode = make_encode(load_tokenizer(prep.model_path))
+        run_eval = env_eval(c, cfg, tasks, encode, log=log, newest=lambda: weights.newest)
+
+        def env_rollout(call: Call) -> Awaitable[int]:
+            return generate_env_episodes(
+                c, cfg, metrics, ledger, call, encode=encode, weights=weights.newest
+            )
+
+        return Evaluator(run_eval, metrics), env_rollout
+    prompts = eval_set_for(cfg, prep)
+    run_eval = prompt_eval(c.generator, c.reward, prompts, cfg.seed, lambda: weights.newest)
+
+    def prompt_rollout(call: Call) -> Awaitable[int]:
+        return generate_episode(c, cfg, metrics, ledger, call, weights=weights.newest)
+
+    return Evaluator(run_eval, metrics), prompt_rollout
+
+
+async def _trainer_alive(c: Components) -> bool:
+    try:
+        await asyncio.wait_for(c.trainer.pids(), 30.0)
+    except (TrainerDied, TimeoutError):
+        return False
+    return True
 
 
 async def _cancel(tasks: list[asyncio.Task[Any]]) -> None:

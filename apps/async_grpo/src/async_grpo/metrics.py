@@ -1,16 +1,15 @@
 """What a run measures and where it goes: a windowed reward, throughput, trainer idle time,
-weight-sync time, replica restarts; one JSON line per step and, if `tensorboard` is
-installed, TensorBoard."""
+weight-sync time, failures and their recovery; one JSON line per step and, if `tensorboard`
+is installed, TensorBoard. A checkpoint saves the counters (`MetricsState`), so a resumed
+run's rows and summary continue the interrupted run's."""
 
 from __future__ import annotations
 
 import collections
 import dataclasses
-import json
 import time
 from collections.abc import Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from replay_buffer import Episode
 
@@ -50,10 +49,17 @@ class StepRow:
     generators gave their own samples and `entropy` the trainer's policy entropy (nats per
     token) at those positions (both near 0: the policy has become deterministic and
     stopped exploring). `eval_reward` / `eval_version`: the latest finished evaluation
-    (None before the first). `replica_deaths` / `replica_restarts`: service replicas that
-    died, and were started again, since the run began (all services). `episodes_dropped`:
-    multi-turn episodes never trained on because an episode of their group failed (an
-    environment replica died, its code raised, or it timed out), those included."""
+    (None before the first). `episodes_dropped`: multi-turn episodes never trained on
+    because an episode of their group failed (an environment replica died, its code raised,
+    or it timed out), those included. `checkpoint_s`: seconds this step's training was
+    held to take a checkpoint (0 without one).
+
+    Failures since the run began (a resumed run included; `Faults`): `replica_deaths` /
+    `replica_restarts` of service replicas (generator, reward, environments, dataset,
+    reference, buffer), `replica_down_s` the seconds the returned ones were down;
+    `trainer_restores` from a checkpoint, `restore_s` their seconds, `steps_redone` the steps
+    trained again after them; `episodes_lost` episodes generated and then lost to a failure
+    (their prompts are generated again); `resumes` of the run with `--resume`."""
 
     version: int
     wall_s: float
@@ -76,9 +82,31 @@ class StepRow:
     entropy: float
     eval_reward: float | None
     eval_version: int | None
+    episodes_dropped: int
+    checkpoint_s: float
     replica_deaths: int
     replica_restarts: int
-    episodes_dropped: int
+    replica_down_s: float
+    trainer_restores: int
+    restore_s: float
+    steps_redone: int
+    episodes_lost: int
+    resumes: int
+
+
+@dataclasses.dataclass
+class Faults:
+    """Failures and what they cost, counted since the run began (see `StepRow`); a trainer
+    restored from a checkpoint rolls the run's other counters back, never these."""
+
+    replica_deaths: int = 0
+    replica_restarts: int = 0
+    replica_down_s: float = 0.0
+    trainer_restores: int = 0
+    restore_s: float = 0.0
+    steps_redone: int = 0
+    episodes_lost: int = 0
+    resumes: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,10 +152,12 @@ class RunMetrics:
         self.first_step_end: float | None = None
         self.tokens_at_first_step = 0
         self.last_sync_s = 0.0
-        self.replica_deaths = 0
-        self.replica_restarts = 0
         self.episodes_dropped = 0
         self.evals: list[EvalResult] = []
+        self.faults = Faults()
+        self.start_reward: float | None = None  # the window's reward when it first was full
+        self.reached_09: tuple[int, float] | None = None  # (step, wall s) it first was >= 0.9
+        self.last_row: StepRow | None = None
 
     def record_episodes(
         self, completions: Sequence[Completion], targets: Sequence[str], rewards: Sequence[float]
@@ -208,9 +238,14 @@ class RunMetrics:
         ages = [result.version - 1 - e.policy_version for e in episodes]
         uniform, logprob = batch_diagnostics(episodes, group_size)
         last = self.last_eval
-        return StepRow(
+        wall = time.perf_counter() - self.start
+        if self.window_full() and self.start_reward is None:
+            self.start_reward = self.reward_window()
+        if self.window_full() and self.reached_09 is None and self.reward_window() >= 0.9:
+            self.reached_09 = (result.version, wall)
+        self.last_row = StepRow(
             version=result.version,
-            wall_s=time.perf_counter() - self.start,
+            wall_s=wall,
             reward_window=self.reward_window(),
             exact_window=self.exact_window(),
             episodes_generated=self.episodes_generated,
@@ -230,37 +265,88 @@ class RunMetrics:
             entropy=result.stats.entropy,
             eval_reward=last.reward if last else None,
             eval_version=last.version if last else None,
-            replica_deaths=self.replica_deaths,
-            replica_restarts=self.replica_restarts,
             episodes_dropped=self.episodes_dropped,
+            checkpoint_s=0.0,
+            **dataclasses.asdict(self.faults),
+        )
+        return self.last_row
+
+    def held_for_checkpoint(self, seconds: float) -> StepRow:
+        """The last row, with the seconds its step was held to take a checkpoint."""
+        if self.last_row is None:
+            raise ValueError("no step recorded yet")
+        self.last_row = dataclasses.replace(self.last_row, checkpoint_s=seconds)
+        return self.last_row
+
+    def snapshot(self) -> MetricsState:
+        """Everything a resumed run needs to continue these metrics as one run."""
+        now = time.perf_counter()
+        first = self.first_step_end
+        return MetricsState(
+            wall_s=now - self.start,
+            rewards=tuple(self.rewards),
+            exact=tuple(self.exact),
+            recent=tuple(self.recent),
+            episodes_generated=self.episodes_generated,
+            tokens_generated=self.tokens_generated,
+            episodes_trained=self.episodes_trained,
+            trainer_busy_s=self.trainer_busy_s,
+            first_step_end_s=None if first is None else first - self.start,
+            tokens_at_first_step=self.tokens_at_first_step,
+            last_sync_s=self.last_sync_s,
+            episodes_dropped=self.episodes_dropped,
+            evals=tuple(self.evals),
+            faults=dataclasses.replace(self.faults),
+            start_reward=self.start_reward,
+            reached_09=self.reached_09,
+            last_row=self.last_row,
         )
 
+    def restore(self, state: MetricsState, *, keep_faults: bool = False) -> None:
+        """Continues from `state`, its clock included (wall time and rates go on from where it
+        was taken). `keep_faults`: the failure counters stay as they are (a rollback within
+        the run), instead of taking the saved ones (a resume)."""
+        self.start = time.perf_counter() - state.wall_s
+        self.rewards = collections.deque(state.rewards, maxlen=self.rewards.maxlen)
+        self.exact = collections.deque(state.exact, maxlen=self.exact.maxlen)
+        self.recent = collections.deque(state.recent, maxlen=self.recent.maxlen)
+        self.episodes_generated = state.episodes_generated
+        self.tokens_generated = state.tokens_generated
+        self.episodes_trained = state.episodes_trained
+        self.trainer_busy_s = state.trainer_busy_s
+        first = state.first_step_end_s
+        self.first_step_end = None if first is None else self.start + first
+        self.tokens_at_first_step = state.tokens_at_first_step
+        self.last_sync_s = state.last_sync_s
+        self.episodes_dropped = state.episodes_dropped
+        self.evals = list(state.evals)
+        if not keep_faults:
+            self.faults = dataclasses.replace(state.faults)
+        self.start_reward = state.start_reward
+        self.reached_09 = state.reached_09
+        self.last_row = state.last_row
 
-class MetricsSink:
-    """Appends `StepRow`s to `<out_dir>/metrics.jsonl` (and TensorBoard when installed)."""
 
-    def __init__(self, out_dir: Path) -> None:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        self.path = out_dir / "metrics.jsonl"
-        self._file = self.path.open("w", encoding="utf-8")
-        self._tb: Any = None
-        try:
-            from torch.utils.tensorboard import SummaryWriter  # noqa: PLC0415
+@dataclasses.dataclass(frozen=True)
+class MetricsState:
+    """`RunMetrics` at a checkpoint's cut: the reward window and recent examples (newest
+    last), counters, evaluations, failures, the first full window's reward and the first
+    step >= 0.9 (step, wall s), the last row. Times are seconds since the run began."""
 
-            self._tb = SummaryWriter(str(out_dir / "tensorboard"))
-        except ImportError:
-            self._tb = None
-
-    def write(self, row: StepRow) -> None:
-        record = dataclasses.asdict(row)
-        self._file.write(json.dumps(record) + "\n")
-        self._file.flush()
-        if self._tb is not None:
-            for key, value in record.items():
-                if key != "version" and value is not None:
-                    self._tb.add_scalar(key, value, row.version)
-
-    def close(self) -> None:
-        self._file.close()
-        if self._tb is not None:
-            self._tb.close()
+    wall_s: float
+    rewards: tuple[float, ...]
+    exact: tuple[float, ...]
+    recent: tuple[Shown, ...]
+    episodes_generated: int
+    tokens_generated: int
+    episodes_trained: int
+    trainer_busy_s: float
+    first_step_end_s: float | None
+    tokens_at_first_step: int
+    last_sync_s: float
+    episodes_dropped: int
+    evals: tuple[EvalResult, ...]
+    faults: Faults
+    start_reward: float | None
+    reached_09: tuple[int, float] | None
+    last_row: StepRow | None

@@ -64,8 +64,11 @@ def component_kinds(trace: Trace) -> list[str]:
 
 def steady_window(trace: Trace) -> Interval:
     """(start, end) seconds of the steady state; the whole trace when the trainer left no
-    span."""
-    trainer = [s for s in trace.spans if s.kind == "trainer" and not s.wait]
+    span. Checkpoint spans do not extend it: the run's last checkpoint follows its last
+    step."""
+    trainer = [
+        s for s in trace.spans if s.kind == "trainer" and not s.wait and s.name != "checkpoint"
+    ]
     if len(trainer) >= 2:
         ends = sorted(s.end_s for s in trainer)
         return ends[0], ends[-1]

@@ -4,6 +4,12 @@ The actor only holds an engine (`async_grpo.engines`: `hf` or `vllm`) and serves
 plain Monarch endpoint runs one message at a time, and both engines generate and load
 weights synchronously, so `update_weights` never lands in the middle of a `generate`: each
 batch runs on exactly one policy version, the one stamped on its completions.
+
+A request may bring the weights it needs (`weights`: the newest version the controller
+knows): a replica behind them pulls them first, so a replica restarted after a death never
+serves its checkpoint's weights. A request may bring a `seed`: its samples then depend on
+(prompts, weights, seed) only, not on what this replica served before, which is what makes
+a sync run repeat exactly (`docs/08_fault_tolerance.md`).
 """
 
 from __future__ import annotations
@@ -45,24 +51,45 @@ class Generator(Actor):
         )
 
     @endpoint
-    async def generate(self, prompts: list[str]) -> list[list[Completion]]:
-        """`sampling.group_size` completions per prompt, all from the current version."""
+    async def generate(
+        self, prompts: list[str], seed: int | None = None, weights: WeightUpdate | None = None
+    ) -> list[list[Completion]]:
+        """`sampling.group_size` completions per prompt, all from one version: `weights` or
+        newer (pulled first if this replica is behind), or the current one without."""
+        await self._at_least(weights)
         with tracing.span("generate", prompts=len(prompts), version=self._engine.version) as s:
-            groups = self._engine.generate(prompts)
+            groups = self._engine.generate(prompts, seed)
             s.set(tokens=sum(len(c.response_ids) for g in groups for c in g))
         return groups
 
     @endpoint
-    async def continue_turns(self, contexts: list[list[int]]) -> list[Completion]:
-        """One completion per multi-turn context (token ids), from the current version."""
+    async def continue_turns(
+        self,
+        contexts: list[list[int]],
+        seed: int | None = None,
+        weights: WeightUpdate | None = None,
+    ) -> list[Completion]:
+        """One completion per multi-turn context (token ids), from one version (as `generate`)."""
+        await self._at_least(weights)
         with tracing.span("generate", prompts=len(contexts), version=self._engine.version) as s:
-            completions = self._engine.continue_turns(contexts)
+            completions = self._engine.continue_turns(contexts, seed)
             s.set(tokens=sum(len(c.response_ids) for c in completions))
         return completions
 
     @endpoint
-    async def update_weights(self, update: WeightUpdate) -> WeightSync:
-        """Pulls `update` (or a newer staged version), all or nothing."""
+    async def update_weights(self, update: WeightUpdate, exact: bool = False) -> WeightSync:
+        """Pulls `update` (or a newer staged version), all or nothing; a version this replica
+        already runs (or an older one) is skipped, unless `exact`: after the trainer was
+        restored from a checkpoint, its version replaces a newer one that no longer exists."""
+        if not exact and update.version <= self._engine.version:
+            return WeightSync(self._engine.version, 0.0)
+        return await self._pull(update)
+
+    async def _at_least(self, weights: WeightUpdate | None) -> None:
+        if weights is not None and weights.version > self._engine.version:
+            await self._pull(weights)
+
+    async def _pull(self, update: WeightUpdate) -> WeightSync:
         with tracing.span("update_weights", version=update.version, bytes=update.nbytes) as s:
             synced = await self._engine.load_weights(update)
             s.set(got=synced.version)

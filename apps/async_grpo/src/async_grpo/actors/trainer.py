@@ -4,17 +4,22 @@ With `trainer.procs == 1` the mesh holds one `Trainer` and weights go out throug
 `rdma-tensor`; with more, every rank holds a shard of each weight (`sharding.py`) and
 publishes its shards through `dtensor-reshard`. Everything else (the step, its guards, the
 version) is `training.TrainerCore`. Every endpoint is called on the whole mesh: `train_step`
-and `full_weights` run collectives when sharded.
+and `full_weights` run collectives when sharded. A trainer given a checkpoint (`restore`)
+starts from its weights, optimizer state and version instead of the model's
+(`trainer_state`); `save` writes one in the background.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
+from pathlib import Path
 
 import torch
 from dtensor_reshard import ShardManifest
 from monarch.actor import Actor, endpoint
+from monarch.actor.concurrent import concurrent_endpoint
 from replay_buffer import Episode
 from torch import Tensor
 
@@ -23,6 +28,7 @@ from async_grpo.config import SamplingConfig, TrainerConfig
 from async_grpo.grpo import LossStats
 from async_grpo.model import load_policy, load_tokenizer
 from async_grpo.sharding import shard_model
+from async_grpo.trainer_state import CheckpointWriter, load_trainer_state
 from async_grpo.training import TrainerCore
 from async_grpo.weight_sync import TrainerPublisher, WeightPart, WeightUpdate
 
@@ -53,7 +59,8 @@ class TrainResult:
 
 class Trainer(Actor):
     """Loads the policy from `model_path`, shards it when `cfg.procs > 1`, and trains it.
-    `total_steps` sets the learning-rate schedule's length."""
+    `total_steps` sets the learning-rate schedule's length; `restore`, a trainer checkpoint
+    directory, the state to start from (written with any number of ranks)."""
 
     def __init__(
         self,
@@ -62,6 +69,8 @@ class Trainer(Actor):
         sampling: SamplingConfig,
         seed: int,
         total_steps: int,
+        *,
+        restore: str | None = None,
     ) -> None:
         torch.set_num_threads(1)
         torch.manual_seed(seed)
@@ -86,11 +95,20 @@ class Trainer(Actor):
             rank=rank,
             world_size=world,
         )
+        if restore is not None:
+            load_trainer_state(self._core, Path(restore), sharded)
         self._publisher = TrainerPublisher(model, rank, sharded)
+        self._writer = CheckpointWriter(sharded)
+
+    @endpoint
+    async def pid(self) -> int:
+        """This rank's process id (for the run's process table)."""
+        return os.getpid()
 
     @endpoint
     async def publish_initial(self) -> WeightPart:
-        """Stages version 0 so generators start from exactly the trainer's weights."""
+        """Stages the version the trainer starts from (0, or a restored checkpoint's) so the
+        generators start from exactly its weights."""
         return self._publisher.publish(self._core.version)
 
     @endpoint
@@ -116,6 +134,21 @@ class Trainer(Actor):
     async def release(self, version: int) -> None:
         """Every generator runs `version` or newer: older staging may be reused."""
         self._publisher.release(version)
+
+    @endpoint
+    async def save(self, path: str) -> float:
+        """Starts writing the current state into the checkpoint directory `path` and returns
+        once it is staged: the seconds training was held."""
+        with tracing.span("checkpoint", version=self._core.version) as s:
+            held = self._writer.start(self._core, Path(path))
+            s.set(held_s=held)
+        return held
+
+    # Concurrent: it waits for the background write while train steps go on.
+    @concurrent_endpoint
+    async def saved(self) -> None:
+        """Returns once the last `save` is written (raises what the write raised)."""
+        await self._writer.wait()
 
     @endpoint
     async def full_weights(self) -> dict[str, Tensor]:

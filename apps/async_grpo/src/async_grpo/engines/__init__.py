@@ -31,14 +31,17 @@ class Engine(Protocol):
     version: int
     """The weight version every completion it returns now is stamped with (0: the checkpoint)."""
 
-    def generate(self, prompts: list[str]) -> list[list[Completion]]:
+    def generate(self, prompts: list[str], seed: int | None = None) -> list[list[Completion]]:
         """`sampling.group_size` completions per prompt, in prompt order, all sampled from
-        weights `version`."""
+        weights `version`. With `seed` the samples are a function of (prompts, weights,
+        seed) alone, whatever this replica sampled before; without, of its own stream."""
         ...
 
-    def continue_turns(self, contexts: list[list[int]]) -> list[Completion]:
+    def continue_turns(
+        self, contexts: list[list[int]], seed: int | None = None
+    ) -> list[Completion]:
         """One completion per context of token ids (a multi-turn conversation so far), in
-        order, all sampled from weights `version`."""
+        order, all sampled from weights `version` (`seed` as for `generate`)."""
         ...
 
     async def load_weights(self, update: WeightUpdate) -> WeightSync:

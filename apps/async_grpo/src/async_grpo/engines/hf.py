@@ -35,7 +35,7 @@ class HFEngine:
         # Replicas get the same arguments; the pid keeps their samples independent.
         self._rng = torch.Generator(device).manual_seed(seed * 1_000_003 + os.getpid())
 
-    def generate(self, prompts: list[str]) -> list[list[Completion]]:
+    def generate(self, prompts: list[str], seed: int | None = None) -> list[list[Completion]]:
         return generate(
             self._model,
             self._tokenizer,
@@ -43,18 +43,27 @@ class HFEngine:
             self._sampling,
             self.version,
             chat_template=self._chat,
-            generator=self._rng,
+            generator=self._generator(seed),
         )
 
-    def continue_turns(self, contexts: list[list[int]]) -> list[Completion]:
+    def continue_turns(
+        self, contexts: list[list[int]], seed: int | None = None
+    ) -> list[Completion]:
         return sample(
             self._model,
             self._tokenizer,
             contexts,
             self._sampling,
             self.version,
-            generator=self._rng,
+            generator=self._generator(seed),
         )
+
+    def _generator(self, seed: int | None) -> torch.Generator:
+        """The request's own stream when it brings a seed (seeding costs ~1 us), else this
+        replica's."""
+        if seed is None:
+            return self._rng
+        return torch.Generator(self._rng.device).manual_seed(seed)
 
     async def load_weights(self, update: WeightUpdate) -> WeightSync:
         result = await weight_sync.pull(update, self._model)

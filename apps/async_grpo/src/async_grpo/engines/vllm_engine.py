@@ -40,6 +40,7 @@ from torch import Tensor
 from async_grpo.config import ModelConfig, SamplingConfig
 from async_grpo.engines.staging import Stager
 from async_grpo.model import load_tokenizer
+from async_grpo.prompts import derive_seed
 from async_grpo.sampling import Completion, chat_prompt
 from async_grpo.weight_sync import WeightSync, WeightUpdate
 
@@ -66,6 +67,13 @@ def _architectures(model_path: str) -> list[str]:
         return []
     archs = json.loads(config.read_text()).get("architectures") or []
     return [str(a) for a in archs]
+
+
+def _with_seed(params: Any, seed: int) -> Any:
+    """A copy of vLLM `SamplingParams` with its own seed."""
+    seeded = params.clone()
+    seeded.seed = seed
+    return seeded
 
 
 def _reload(worker: Any, weights: Mapping[str, Tensor]) -> None:
@@ -188,23 +196,28 @@ class VLLMEngine:
         self.version = 0
         self.last_reload_s = 0.0
 
-    def generate(self, prompts: list[str]) -> list[list[Completion]]:
+    def generate(self, prompts: list[str], seed: int | None = None) -> list[list[Completion]]:
         """`group_size` completions per prompt, in prompt order, all from `self.version`."""
         tok = self._tokenizer
         texts = [chat_prompt(tok, p) for p in prompts] if self._chat else prompts
         ids = [list(tok(t, add_special_tokens=False)["input_ids"]) for t in texts]
-        return self._sample(ids, prompts, self._params)
+        return self._sample(ids, prompts, self._params, seed)
 
-    def continue_turns(self, contexts: list[list[int]]) -> list[Completion]:
+    def continue_turns(
+        self, contexts: list[list[int]], seed: int | None = None
+    ) -> list[Completion]:
         """One completion per context of token ids, in order, all from `self.version`."""
-        groups = self._sample(contexts, [""] * len(contexts), self._turn_params)
+        groups = self._sample(contexts, [""] * len(contexts), self._turn_params, seed)
         return [group[0] for group in groups]
 
     def _sample(
-        self, ids: list[list[int]], labels: list[str], params: Any
+        self, ids: list[list[int]], labels: list[str], params: Any, seed: int | None
     ) -> list[list[Completion]]:
         version = self.version
         requests = [{"prompt_token_ids": i} for i in ids]
+        if seed is not None:
+            # vLLM seeds per request: each prompt's own, derived from the call's.
+            params = [_with_seed(params, derive_seed(seed, k) % 2**31) for k in range(len(ids))]
         outputs = self._llm.generate(requests, params, use_tqdm=False)
         groups: list[list[Completion]] = []
         for label, prompt_ids, out in zip(labels, ids, outputs, strict=True):

@@ -1,0 +1,79 @@
+"""New weights on their way to every generator replica.
+
+The trainer stages each version (`weight_sync`); `sync_weights` has every replica pull one,
+and `WeightBroadcast` runs those pulls in the background, one at a time, always with the
+newest version. A replica that comes back after a death (or is behind for any reason) also
+pulls the newest version itself before it serves: every generation request brings it
+(`Generator.generate(..., weights=)`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from actor_service import NoHealthyReplicaError
+
+from async_grpo import tracing
+from async_grpo.actors.generator import Generator
+from async_grpo.components import Components
+from async_grpo.metrics import RunMetrics
+from async_grpo.versions import Versions
+from async_grpo.weight_sync import WeightSync, WeightUpdate
+
+
+async def sync_weights(c: Components, update: WeightUpdate, *, exact: bool = False) -> int:
+    """Every generator replica pulls `update` (or newer); returns the oldest version they run.
+    The trainer may then reuse the staging of versions older than that one: the newest
+    stays staged for a replica that comes back after a death. `exact`: every replica runs
+    exactly `update` afterwards, even one that ran a newer version (a trainer restored from
+    a checkpoint)."""
+    syncs: list[WeightSync] = await c.generator.endpoint(Generator.update_weights).fanout(
+        update, exact
+    )
+    version = min(s.version for s in syncs)
+    if version > 0:
+        await c.trainer.release(version - 1)
+    return version
+
+
+class WeightBroadcast:
+    """The newest weights, on their way to every generator replica.
+
+    `offer` queues a new version; `run` applies the newest queued one with one fanout at a
+    time (versions published meanwhile are folded into the next fanout). A replica that
+    comes back after a death runs its initial weights, so `resend` queues the newest
+    version again; a fanout that found no live replica waits for that.
+    """
+
+    def __init__(self) -> None:
+        self.newest: WeightUpdate | None = None
+        self._queue: asyncio.Queue[WeightUpdate] = asyncio.Queue()
+
+    def offer(self, update: WeightUpdate) -> None:
+        self.newest = update
+        self._queue.put_nowait(update)
+
+    def resend(self) -> None:
+        if self.newest is not None:
+            self._queue.put_nowait(self.newest)
+
+    def reset(self, update: WeightUpdate) -> None:
+        """`update` is the newest from now on, and nothing older is queued (a restored
+        trainer's weights replace everything newer)."""
+        self._queue = asyncio.Queue()
+        self.newest = update
+
+    async def run(self, c: Components, versions: Versions, metrics: RunMetrics) -> None:
+        while True:
+            update = await self._queue.get()
+            while not self._queue.empty():
+                update = self._queue.get_nowait()
+            start = time.perf_counter()
+            try:
+                with tracing.span("sync", track="weight_sync", version=update.version):
+                    version = await sync_weights(c, update)
+            except NoHealthyReplicaError:
+                continue  # every replica died under the fanout: each one back is resent to
+            metrics.last_sync_s = time.perf_counter() - start
+            await versions.set(generators=version)

@@ -1,0 +1,154 @@
+"""Taking the run's checkpoints: one consistent cut across the controller, the replay
+buffer and the trainer, written in the background.
+
+The cut is taken between two train steps, with no batch on its way from the buffer (the
+step before a checkpoint does not ask for the next batch early):
+
+1. the prompt ledger is frozen: no rollout starts a new call;
+2. one message to the buffer returns its state and the groups it holds; from it, the
+   ledger's state: a call still in flight whose groups are not in that state is drawn
+   again after a resume, so no prompt is skipped or trained twice;
+3. the controller's state (ledger, metrics, task draws) is taken in memory; the ledger
+   thaws;
+4. the trainer copies its state (DCP staging) and goes on training.
+
+The training loop is held for these four (`checkpoint_s` in the metrics). The rest runs
+in the background while training goes on: the trainer's ranks write their distributed
+checkpoint, the controller writes the config, its state, the buffer's and the metrics rows
+up to the cut, then the manifest and the rename that makes the checkpoint complete
+(`run_checkpoint.finish`), then deletes the oldest beyond `--checkpoint.keep`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from async_grpo import run_checkpoint, run_state
+from async_grpo.actors.buffer import BufferActor
+from async_grpo.config import RunConfig
+from async_grpo.metrics_sink import METRICS_FILE, PROMPTS_FILE, lines_up_to
+from async_grpo.resume import BUFFER_FILE, CONFIG_FILE, CONTROLLER_FILE, TRAINER_DIR
+from async_grpo.run_state import ControllerState
+
+if TYPE_CHECKING:
+    from async_grpo.job import Run
+
+HOLDS = (
+    f"{TRAINER_DIR}/: the trainer's weights, AdamW state and version "
+    "(torch.distributed.checkpoint; loads into any number of trainer processes)",
+    f"{BUFFER_FILE}: the replay buffer's state_dict (held groups, counters, RNG)",
+    f"{CONTROLLER_FILE}: the prompt ledger (next prompt, prompts to draw again, held "
+    "groups), the metrics so far, the task draws' RNG",
+    f"{CONFIG_FILE}: the run's config",
+    f"{METRICS_FILE}, {PROMPTS_FILE}: the rows of every step up to this version",
+)
+
+
+class Checkpoints:
+    """The run's checkpoints: `take` one at a cut, written in the background; `newest` is
+    the newest complete one of this run (what a trainer that dies is restored from)."""
+
+    def __init__(self, cfg: RunConfig, newest: Path | None, log: Callable[[str], None]) -> None:
+        self._cfg, self._out = cfg, Path(cfg.out_dir)
+        self.newest = newest
+        self.taken: int | None = None  # the version of the last one taken
+        self._log = log
+        self._writing: asyncio.Task[None] | None = None
+        self._partial: Path | None = None
+
+    def due(self, version: int) -> bool:
+        """A checkpoint is taken after the step that makes `version`."""
+        return version % self._cfg.checkpoint.every == 0 and version != self.taken
+
+    async def take(self, run: Run, version: int) -> float:
+        """Takes the cut at `version` and starts writing it; returns the seconds training
+        was held."""
+        begin = time.perf_counter()
+        if self._writing is not None:
+            await self._writing  # one at a time: the last one's files are still being written
+        run.ledger.frozen = True
+        try:
+            snap = await run.c.buffer.endpoint(BufferActor.snapshot).route()
+            state = run.controller_state(version, run.ledger.state(dict(snap.groups)))
+        finally:
+            run.ledger.frozen = False
+            await run.versions.notify()
+        self._partial = run_checkpoint.begin(self._out, version)
+        await run.c.trainer.save(self._partial / TRAINER_DIR)
+        self.taken = version
+        self._writing = asyncio.create_task(self._write(run, self._partial, state, snap.state))
+        return time.perf_counter() - begin
+
+    async def finish(self) -> None:
+        """Returns once the checkpoint being written (if any) is complete or has failed."""
+        if self._writing is not None:
+            await self._writing
+
+    async def abandon(self) -> None:
+        """Drops the checkpoint being written (its trainer died): it never becomes complete."""
+        if self._writing is not None:
+            self._writing.cancel()
+            with contextlib.suppress(BaseException):
+                await self._writing
+        self._writing = None
+        self.taken = None
+
+    async def _write(
+        self, run: Run, partial: Path, state: ControllerState, buffer: dict[str, Any]
+    ) -> None:
+        version = state.version
+        try:
+            start = time.perf_counter()
+            await run.c.trainer.saved()
+            sink = run.sink
+            await asyncio.to_thread(
+                _write_files,
+                partial,
+                self._cfg,
+                state,
+                buffer,
+                metrics_rows=lines_up_to(sink.path, version),
+                prompt_rows=lines_up_to(sink.prompts_path, version),
+            )
+            final = await asyncio.to_thread(
+                run_checkpoint.finish, partial, version, self._cfg.trainer.procs, HOLDS
+            )
+        except BaseException as e:
+            shutil.rmtree(partial, ignore_errors=True)
+            if not isinstance(e, Exception):
+                raise  # cancelled: abandoned
+            self._log(f"[checkpoint {run_checkpoint.step_name(version)} not written: {e}]")
+            return
+        self.newest = final
+        run_checkpoint.prune(self._out, self._cfg.checkpoint.keep)
+        size = sum(p.stat().st_size for p in final.rglob("*") if p.is_file())
+        self._log(
+            f"[checkpoint {final.name}: {size / 2**20:.1f} MiB, written in "
+            f"{time.perf_counter() - start:.1f}s in the background]"
+        )
+
+
+def _write_files(
+    partial: Path,
+    cfg: RunConfig,
+    state: ControllerState,
+    buffer: dict[str, Any],
+    *,
+    metrics_rows: str,
+    prompt_rows: str,
+) -> None:
+    (partial / CONFIG_FILE).write_text(json.dumps(dataclasses.asdict(cfg), default=str))
+    (partial / CONTROLLER_FILE).write_text(run_state.encode(state))
+    torch.save(buffer, partial / BUFFER_FILE)
+    (partial / METRICS_FILE).write_text(metrics_rows)
+    (partial / PROMPTS_FILE).write_text(prompt_rows)

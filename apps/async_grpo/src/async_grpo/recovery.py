@@ -1,0 +1,127 @@
+"""What the run does when one of its processes dies (`docs/08_fault_tolerance.md`).
+
+- A service replica (generator, reward, environment, dataset, reference) dies or hangs:
+  its service restarts it and sends its calls again (`actor-service`); a generator back
+  from the dead pulls the newest weights before it serves. One line when it dies, one when
+  it is back, both counted (`replica_event_recorder`).
+- The replay buffer dies: its service starts a fresh one and sends the puts and the
+  trainer's request in flight again; the groups it held are lost, and the prompt ledger
+  queues their prompts to be generated again (nothing skipped, nothing trained twice).
+- The trainer dies: `restore_trainer` rolls the whole run back to its newest checkpoint
+  (or its start): a new trainer loads it, the buffer, the ledger and the metrics return to
+  that cut, and every generator pulls its weights. The steps since are trained again, from
+  the same prompts.
+- The controller dies: `uv run async-grpo --resume` continues from the newest checkpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from actor_service import ReplicaEvent
+
+from async_grpo.actors.buffer import BufferActor
+from async_grpo.broadcast import WeightBroadcast, sync_weights
+from async_grpo.components import buffer_config, spawn_trainer
+from async_grpo.config import RunConfig
+from async_grpo.ledger import PromptLedger
+from async_grpo.metrics import RunMetrics
+from async_grpo.resume import Cut, read_cut
+from async_grpo.versions import Versions
+
+if TYPE_CHECKING:
+    from async_grpo.job import Run
+
+
+def replica_event_recorder(
+    cfg: RunConfig,
+    *,
+    metrics: RunMetrics,
+    ledger: PromptLedger,
+    weights: WeightBroadcast,
+    versions: Versions,
+    log: Callable[[str], None],
+) -> Callable[[ReplicaEvent], None]:
+    """Prints one line per replica death, return or abandonment and counts them; a
+    generator replica that is back gets the newest weights; a buffer that died has the
+    groups it held generated again."""
+
+    def record(event: ReplicaEvent) -> None:
+        faults = metrics.faults  # read now: a resume replaces it
+        who = f"{event.service} replica {event.replica}"
+        if event.kind == "died":
+            faults.replica_deaths += 1
+            lost = ""
+            if event.service == "buffer":
+                groups = ledger.lose_buffer()
+                faults.episodes_lost += groups * cfg.sampling.group_size
+                lost = f"; the {groups} groups it held are generated again"
+                asyncio.get_running_loop().create_task(versions.notify())
+            log(f"[{who} died: {event.reason}; restarting it{lost}]")
+        elif event.kind == "up":
+            faults.replica_restarts += 1
+            faults.replica_down_s += event.down_s or 0.0
+            log(f"[{who} is back after {event.down_s or 0.0:.1f}s (restart {event.restarts})]")
+            if event.service == "generator":
+                weights.resend()
+        else:
+            log(f"[{who} stays down after {event.restarts} restarts: {event.reason}]")
+
+    return record
+
+
+async def apply_cut(run: Run, cut: Cut, *, rollback: bool) -> None:
+    """Puts the controller, the buffer and the generators at `cut` (the trainer already
+    holds it): ledger, metrics (a rollback keeps the failure counters), task draws, the
+    two JSONL files, the buffer's content, every generator on the cut's weights, the
+    versions, and an evaluation the cut had running."""
+    controller = cut.controller
+    run.ledger.load(controller.ledger)
+    run.metrics.restore(controller.metrics, keep_faults=rollback)
+    if run.tasks is not None and controller.tasks is not None:
+        run.tasks.load(controller.tasks)
+    run.sink.rewind(cut.metrics_rows, cut.prompt_rows)
+    if rollback or cut.buffer is not None:
+        await run.c.buffer.endpoint(BufferActor.restore).route(cut.buffer)
+    update = await run.c.trainer.publish_initial()
+    run.weights.reset(update)
+    await sync_weights(run.c, update, exact=True)
+    await run.versions.set(trainer=update.version, generators=update.version)
+    if controller.pending_eval is not None:
+        run.evaluator.request(controller.pending_eval)
+
+
+async def restore_trainer(run: Run, reason: str) -> None:
+    """The trainer died: a new one from the newest checkpoint, and the run back at that cut
+    (one line now, one when it is back; counted, with the time it took)."""
+    died_at = run.versions.trainer
+    if run.metrics.faults.trainer_restores >= run.cfg.max_restarts:
+        raise RuntimeError(
+            f"the trainer died again ({reason}) after {run.cfg.max_restarts} restores"
+        )
+    await run.checkpoints.abandon()
+    newest = run.checkpoints.newest
+    source = newest.name if newest is not None else "the run's start"
+    run.log(f"[trainer died: {reason}; restoring it from {source}]")
+    start = time.perf_counter()
+    run.evaluator.cancel()
+    await run.c.trainer.stop()
+    cut = run.base
+    if newest is not None and newest != run.base.checkpoint:
+        cut = await asyncio.to_thread(read_cut, newest, buffer_config(run.cfg))
+    generated = run.metrics.episodes_generated
+    run.c.trainer = await spawn_trainer(run.cfg, run.prep.model_path, run.c.procs, cut.trainer)
+    await apply_cut(run, cut, rollback=True)
+    seconds = time.perf_counter() - start
+    faults = run.metrics.faults
+    faults.trainer_restores += 1
+    faults.restore_s += seconds
+    faults.steps_redone += max(0, died_at - cut.version)
+    faults.episodes_lost += max(0, generated - run.metrics.episodes_generated)
+    redone = (
+        f"; steps {cut.version + 1}-{died_at} are trained again" if died_at > cut.version else ""
+    )
+    run.log(f"[trainer is back at version {cut.version} after {seconds:.1f}s{redone}]")

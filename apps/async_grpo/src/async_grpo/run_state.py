@@ -1,0 +1,104 @@
+"""The controller's part of a checkpoint: where the prompts are, the metrics so far, the
+task draws (multi-turn), as `controller.json`.
+
+`ControllerState` and everything in it are dataclasses; they are written with
+`dataclasses.asdict` and read back by `decode`, which rebuilds each dataclass from its
+field types and refuses anything that does not fit (an unknown field, a wrong type), naming
+where. A field added later with a default reads from an older file as its default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
+
+from async_grpo.environments import TaskSourceState
+from async_grpo.ledger import LedgerState
+from async_grpo.metrics import MetricsState
+from async_grpo.run_checkpoint import CheckpointError
+
+T = TypeVar("T")
+
+
+@dataclasses.dataclass(frozen=True)
+class ControllerState:
+    """The controller at a checkpoint's cut: the trainer `version` it was taken at, the
+    prompt ledger, the metrics, the task source's state (multi-turn runs; None otherwise),
+    and the step of an evaluation that was still running (None if none): a resumed run
+    runs it again."""
+
+    version: int
+    ledger: LedgerState
+    metrics: MetricsState
+    tasks: TaskSourceState | None
+    pending_eval: int | None
+
+
+def encode(state: ControllerState) -> str:
+    return json.dumps(dataclasses.asdict(state))
+
+
+def parse(text: str) -> ControllerState:
+    """`encode`'s output back; `CheckpointError` names what does not fit."""
+    try:
+        raw = json.loads(text)
+    except ValueError as e:
+        raise CheckpointError(f"controller state is not JSON ({e})") from None
+    state: ControllerState = decode(ControllerState, raw, "controller")
+    return state
+
+
+def decode(tp: Any, value: Any, where: str) -> Any:
+    """`value` (parsed JSON) as type `tp`: dataclasses, tuples, unions with None, literals,
+    str / int / float / bool."""
+    origin, args = get_origin(tp), get_args(tp)
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        return _dataclass(tp, value, where)
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for option in (a for a in args if a is not type(None)):
+            try:
+                return decode(option, value, where)
+            except CheckpointError as e:
+                errors.append(str(e))
+        raise CheckpointError("; ".join(errors))
+    if origin is tuple:
+        if not isinstance(value, list):
+            raise CheckpointError(f"{where}: expected a list, got {value!r:.80}")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(decode(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
+        if len(args) != len(value):
+            raise CheckpointError(f"{where}: expected {len(args)} items, got {len(value)}")
+        return tuple(
+            decode(a, v, f"{where}[{i}]") for i, (a, v) in enumerate(zip(args, value, strict=True))
+        )
+    if origin is Literal:
+        if value not in args:
+            raise CheckpointError(f"{where}: {value!r} is not one of {list(args)}")
+        return value
+    if tp is float and isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if tp in (int, str, bool) and type(value) is tp:
+        return value
+    if tp is Any:
+        return value
+    raise CheckpointError(f"{where}: expected {getattr(tp, '__name__', tp)}, got {value!r:.80}")
+
+
+def _dataclass(cls: type[T], value: Any, where: str) -> T:
+    if not isinstance(value, dict):
+        raise CheckpointError(f"{where}: expected an object, got {value!r:.80}")
+    hints = get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(value) - names)
+    if unknown:
+        raise CheckpointError(f"{where}: unknown field(s) {unknown}")
+    kwargs = {k: decode(hints[k], v, f"{where}.{k}") for k, v in value.items()}
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"{where}: {e}") from None

@@ -1,0 +1,91 @@
+"""The trainer's part of a checkpoint: its weights, AdamW state and version, written as a
+distributed checkpoint (`torch.distributed.checkpoint`, DCP).
+
+DCP stores every tensor by name and by the slices each rank held, so a checkpoint written
+by N sharded ranks loads into M (or into one unsharded process, and back): a run may resume
+with another `--trainer.procs`. `torch.distributed.checkpoint.state_dict.get_state_dict`
+names the optimizer state by parameter name, the same for a plain and an FSDP model. The
+learning-rate schedule is a function of the version (`training.learning_rate`), so the
+version is its whole state.
+
+Writing happens in the background: `CheckpointWriter.start` copies the state to CPU (DCP's
+staging) and returns; a thread writes the files while the trainer goes on training. A
+sharded trainer's ranks agree on the write plan over a process group of their own (gloo),
+so the background collectives never interleave with the training step's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
+from torch.distributed.checkpoint.state_dict_saver import async_save
+
+from async_grpo.training import TrainerCore
+
+# DCP warns once per call that it runs without a process group; one process is meant so.
+warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
+
+
+def _state(core: TrainerCore) -> dict[str, Any]:
+    """What a checkpoint holds, as DCP reads and writes it: the tensors are the model's and
+    optimizer's own (a load fills them in place)."""
+    model, optim = get_state_dict(core.model, core.optimizer)
+    return {"model": model, "optim": optim, "trainer": {"version": core.version}}
+
+
+def load_trainer_state(core: TrainerCore, path: Path, sharded: bool) -> None:
+    """Replaces `core`'s weights, optimizer state and version with those saved in `path`
+    (written by any number of ranks)."""
+    state = _state(core)
+    dcp_load(state, checkpoint_id=str(path), no_dist=not sharded)
+    set_state_dict(
+        core.model,
+        core.optimizer,
+        model_state_dict=state["model"],
+        optim_state_dict=state["optim"],
+    )
+    core.version = int(state["trainer"]["version"])
+
+
+class CheckpointWriter:
+    """Writes a trainer rank's state in the background, one checkpoint at a time.
+
+    Every rank of a sharded trainer makes one, at the same point (the constructor creates
+    the ranks' checkpoint process group, a collective)."""
+
+    def __init__(self, sharded: bool) -> None:
+        self._sharded = sharded
+        group = dist.new_group(backend="gloo") if sharded else None
+        self._group = group if isinstance(group, dist.ProcessGroup) else None
+        self._pending: concurrent.futures.Future[Any] | None = None
+
+    def start(self, core: TrainerCore, path: Path) -> float:
+        """Stages `core`'s state and starts writing it to `path`; returns the seconds the
+        trainer was held (waiting for the previous write, and the copy to CPU)."""
+        begin = time.perf_counter()
+        if self._pending is not None:
+            self._pending.result()  # one write at a time; raises if the last one failed
+        path.mkdir(parents=True, exist_ok=True)
+        saved = async_save(
+            _state(core),
+            checkpoint_id=str(path),
+            process_group=self._group,
+            no_dist=not self._sharded,
+        )
+        if not isinstance(saved, concurrent.futures.Future):
+            raise TypeError(f"dcp.async_save returned {type(saved).__name__}, not a Future")
+        self._pending = saved
+        return time.perf_counter() - begin
+
+    async def wait(self) -> None:
+        """Returns once the last write is on disk (raises what it raised)."""
+        if self._pending is not None:
+            await asyncio.wrap_future(self._pending)
