@@ -112,7 +112,7 @@ class Checkpoints:
             await run.c.trainer.saved()
             sink = run.sink
             await asyncio.to_thread(
-                _write_files,
+                write_files,
                 partial,
                 self._cfg,
                 state,
@@ -138,7 +138,7 @@ class Checkpoints:
         )
 
 
-def _write_files(
+def write_files(
     partial: Path,
     cfg: RunConfig,
     state: ControllerState,
@@ -147,6 +147,7 @@ def _write_files(
     metrics_rows: str,
     prompt_rows: str,
 ) -> None:
+    """Writes the controller's files of a checkpoint into `partial` (blocking)."""
     (partial / CONFIG_FILE).write_text(json.dumps(dataclasses.asdict(cfg), default=str))
     (partial / CONTROLLER_FILE).write_text(run_state.encode(state))
     torch.save(buffer, partial / BUFFER_FILE)

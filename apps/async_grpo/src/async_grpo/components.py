@@ -57,6 +57,7 @@ class TrainerMesh:
 
     def __init__(self, ranks: Trainer, mesh: ProcMesh) -> None:
         self.ranks, self.mesh = ranks, mesh
+        self.pid_list: list[int] = []  # every rank's process id, once `pids` answered
 
     async def _call(self, call: Awaitable[Any]) -> list[Any]:
         try:
@@ -104,7 +105,9 @@ class TrainerMesh:
         await self._call(self.ranks.saved.call())
 
     async def pids(self) -> list[int]:
-        return [int(p) for p in await self._call(self.ranks.pid.call())]
+        """Every rank's process id (a call: it also tells whether the trainer is alive)."""
+        self.pid_list = [int(p) for p in await self._call(self.ranks.pid.call())]
+        return self.pid_list
 
     async def stop(self) -> None:
         """Stops the trainer's processes (dead or alive)."""
@@ -158,7 +161,9 @@ async def spawn_trainer(
         await setup_torch_elastic_env_async(mesh)
     args = (model_path, cfg.trainer, cfg.sampling, cfg.seed, cfg.steps)
     kwargs = {"restore": str(restore)} if restore is not None else {}
-    return TrainerMesh(mesh.spawn("trainer", Trainer, *args, **kwargs), mesh)
+    trainer = TrainerMesh(mesh.spawn("trainer", Trainer, *args, **kwargs), mesh)
+    await trainer.pids()
+    return trainer
 
 
 def buffer_config(cfg: RunConfig) -> ReplayBufferConfig:
@@ -298,6 +303,17 @@ async def spawn_envs(
                 await env.shutdown()
         raise
     return envs
+
+
+def process_table(c: Components) -> dict[str, list[int]]:
+    """The process ids of every component now, by component (a service: every replica's,
+    in replica order; none for a replica that is down)."""
+    table = {
+        name: [pid for replica in svc.status().replicas for pid in replica.pids]
+        for name, svc in c.services().items()
+    }
+    table["trainer"] = list(c.trainer.pid_list)
+    return table
 
 
 async def shutdown(c: Components) -> None:

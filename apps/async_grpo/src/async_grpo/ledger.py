@@ -40,12 +40,15 @@ class Call:
     in the buffer. `seed`: the seed their samples are drawn with (derived from the run's
     seed and the first index, so a call drawn again samples the same). `version`: in sync
     mode, the weights they must be sampled with (the batch they fill); None in async mode.
-    `tasks`: multi-turn, the environment task of each index; None for prompts."""
+    `tasks`: multi-turn, the environment task of each index; None for prompts. `recorded`:
+    their episodes are already in the metrics (a call generated again after the buffer
+    holding them died): the new ones replace the lost ones, they are not counted twice."""
 
     indices: tuple[int, ...]
     seed: int
     version: int | None = None
     tasks: tuple[Task, ...] | None = None
+    recorded: bool = False
 
     def only(self, indices: Iterable[int]) -> Call:
         """The same call restricted to `indices` (in this call's order)."""
@@ -135,7 +138,7 @@ class PromptLedger:
             return
         self._seen.add(incarnation)
         if incarnation in self._dead:  # that buffer died after taking them
-            self._queue(call.only(kept))
+            self._queue(dataclasses.replace(call.only(kept), recorded=True))
             self.lost_groups += len(kept)
             return
         held = Held(call.only(kept), version)
@@ -147,8 +150,8 @@ class PromptLedger:
         window), in the order of the calls' prompts rather than the order rollouts happen
         to finish: once no call with smaller prompt indices is still being generated. In
         sync mode that makes the window, like everything trained, the same in every run
-        with the same seed."""
-        self._after[call.indices[0]] = action
+        with the same seed. A `recorded` call's bookkeeping is skipped (done before)."""
+        self._after[call.indices[0]] = (lambda: None) if call.recorded else action
         first = min(self._in_flight, default=None)
         for key in sorted(self._after):
             if first is not None and key > first:
@@ -191,7 +194,7 @@ class PromptLedger:
         self._dead.update(self._seen)
         lost = len(self._held)
         for call in _calls_of({g: h.call for g, h in self._held.items()}):
-            self._queue(call)
+            self._queue(dataclasses.replace(call, recorded=True))
         self._held.clear()
         self.lost_groups += lost
         return lost

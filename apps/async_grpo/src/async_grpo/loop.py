@@ -18,6 +18,7 @@ is restored from the newest one, the run rolled back to it (`recovery.py`).
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -35,7 +36,7 @@ from async_grpo.actors.reward import RewardActor
 from async_grpo.actors.trainer import TrainResult
 from async_grpo.broadcast import WeightBroadcast
 from async_grpo.checkpointing import Checkpoints
-from async_grpo.components import Components, shutdown, spawn_components
+from async_grpo.components import Components, process_table, shutdown, spawn_components
 from async_grpo.config import RunConfig
 from async_grpo.env_rollout import env_eval, generate_env_episodes, make_encode
 from async_grpo.environments import TaskSource
@@ -238,8 +239,9 @@ async def run_phase(run: Run, rollout: Rollout, draw: Draw | None, record: Recor
         raise
     except Exception as e:
         # A generator pulling weights from a trainer that just died fails first: ask it.
-        if not await _trainer_alive(run.c):
-            raise TrainerDied(f"found dead after: {type(e).__name__}: {e}"[:300]) from e
+        death = await _trainer_death(run.c)
+        if death is not None:
+            raise death from e
         raise
     finally:
         await _cancel(tasks)
@@ -270,6 +272,7 @@ async def run_job(
         cfg, metrics=metrics, ledger=ledger, weights=weights, versions=versions, log=log
     )
     c = await spawn_components(cfg, prep, recorder, resume.trainer if resume else None)
+    pids = asyncio.create_task(_keep_process_table(c, out_dir / PROCESSES_FILE))
     evaluator, rollout = _rollout_and_eval(
         c, cfg, prep, metrics=metrics, ledger=ledger, weights=weights, tasks=tasks, log=log
     )
@@ -318,6 +321,7 @@ async def run_job(
     finally:
         await versions.stop()
         evaluator.cancel()
+        await _cancel([pids])
         await shutdown(c)
 
 
@@ -353,12 +357,33 @@ def _rollout_and_eval(
     return Evaluator(run_eval, metrics), prompt_rollout
 
 
-async def _trainer_alive(c: Components) -> bool:
+PROCESSES_FILE = "processes.json"
+"""`<out_dir>/processes.json`: the pid of every process of the run by component, kept
+current while it runs (what `benchmarks/chaos.py` kills)."""
+
+
+async def _keep_process_table(c: Components, path: Path) -> None:
+    """Rewrites `path` whenever a process of the run changed (checked every second)."""
+    written = None
+    while True:
+        table = process_table(c)
+        if table != written:
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(table))
+            tmp.replace(path)
+            written = table
+        await asyncio.sleep(1.0)
+
+
+async def _trainer_death(c: Components) -> TrainerDied | None:
+    """None if the trainer answers (within 30 s), else how it died."""
     try:
         await asyncio.wait_for(c.trainer.pids(), 30.0)
-    except (TrainerDied, TimeoutError):
-        return False
-    return True
+    except TrainerDied as e:
+        return e
+    except TimeoutError:
+        return TrainerDied("no answer within 30 s")
+    return None
 
 
 async def _cancel(tasks: list[asyncio.Task[Any]]) -> None:

@@ -58,7 +58,8 @@ def replica_event_recorder(
             if event.service == "buffer":
                 groups = ledger.lose_buffer()
                 faults.episodes_lost += groups * cfg.sampling.group_size
-                lost = f"; the {groups} groups it held are generated again"
+                if groups:
+                    lost = f"; the {groups} groups it held are generated again"
                 asyncio.get_running_loop().create_task(versions.notify())
             log(f"[{who} died: {event.reason}; restarting it{lost}]")
         elif event.kind == "up":
@@ -121,7 +122,9 @@ async def restore_trainer(run: Run, reason: str) -> None:
     faults.restore_s += seconds
     faults.steps_redone += max(0, died_at - cut.version)
     faults.episodes_lost += max(0, generated - run.metrics.episodes_generated)
-    redone = (
-        f"; steps {cut.version + 1}-{died_at} are trained again" if died_at > cut.version else ""
-    )
+    redone = ""
+    if died_at == cut.version + 1:
+        redone = f"; step {died_at} is trained again"
+    elif died_at > cut.version:
+        redone = f"; steps {cut.version + 1}-{died_at} are trained again"
     run.log(f"[trainer is back at version {cut.version} after {seconds:.1f}s{redone}]")

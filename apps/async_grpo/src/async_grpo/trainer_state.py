@@ -30,8 +30,9 @@ from torch.distributed.checkpoint.state_dict_saver import async_save
 
 from async_grpo.training import TrainerCore
 
-# DCP warns once per call that it runs without a process group; one process is meant so.
-warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
+# DCP warns on every call made without a process group (also from its writer thread); one
+# process is meant so.
+warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
 
 
 def _state(core: TrainerCore) -> dict[str, Any]:

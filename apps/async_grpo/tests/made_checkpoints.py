@@ -1,0 +1,50 @@
+"""A real checkpoint written without Monarch: the trainer's part by `trainer_state` from a
+`TrainerCore` in this process, the rest by `checkpointing.write_files`, completed by
+`run_checkpoint.finish`, exactly as a run writes them. For the tests of `--resume`'s checks,
+which must not spawn anything."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import torch
+from async_grpo import run_checkpoint
+from async_grpo.checkpointing import HOLDS, write_files
+from async_grpo.components import buffer_config
+from async_grpo.config import RunConfig
+from async_grpo.ledger import PromptLedger
+from async_grpo.metrics import RunMetrics
+from async_grpo.model import load_policy
+from async_grpo.run_state import ControllerState
+from async_grpo.trainer_state import CheckpointWriter
+from async_grpo.training import TrainerCore
+from replay_buffer import ReplayBuffer
+
+
+def make_checkpoint(cfg: RunConfig, version: int) -> Path:
+    """Checkpoint `version` of a run with `cfg` (whose `model.path` must be a checkpoint),
+    in `cfg.out_dir`."""
+    model = load_policy(cfg.model.path, torch.float32)
+    core = TrainerCore(model, cfg.trainer, cfg.sampling, vocab_size=16, pad_id=0, total_steps=9)
+    core.version = version
+    partial = run_checkpoint.begin(Path(cfg.out_dir), version)
+    writer = CheckpointWriter(sharded=False)
+    writer.start(core, partial / "trainer")
+    asyncio.run(writer.wait())
+    ledger = PromptLedger(cfg.seed, cfg.generator.prompts_per_call, None)
+    state = ControllerState(
+        version, ledger.state({}), RunMetrics(cfg.window).snapshot(), None, None
+    )
+    buffer = ReplayBuffer(buffer_config(cfg)).state_dict()
+    write_files(partial, cfg, state, buffer, metrics_rows="", prompt_rows="")
+    return run_checkpoint.finish(partial, version, 1, HOLDS)
+
+
+def tree(root: Path) -> dict[str, tuple[int, int]]:
+    """Every file below `root`: (size, mtime in ns), to show that nothing changed."""
+    return {
+        str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }

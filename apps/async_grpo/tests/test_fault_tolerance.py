@@ -1,0 +1,180 @@
+"""Any process may die and the run goes on, losing nothing: a sync run with a fixed seed
+repeats bit for bit (per-step losses, rewards, the prompts trained, the final weights and
+optimizer state) when its controller is SIGKILLed and the run resumed with `--resume`,
+when its trainer is SIGKILLed (restored from the last checkpoint), and when its replay
+buffer is SIGKILLed while it holds groups (they are generated again).
+
+Real Monarch processes, real kills by pid; a small model (`conftest.TEST_ARCH`), 6 steps
+with a checkpoint every 2.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import jobs
+import pytest
+import torch
+from async_grpo.actors.trainer import TrainResult
+from async_grpo.arguments import apply_overrides
+from async_grpo.cli import main, run
+from async_grpo.config import RunConfig
+from async_grpo.ledger import Call, PromptLedger
+from async_grpo.metrics import StepRow
+from async_grpo.prepare import prepare
+from async_grpo.presets import tiny
+from jobs import keep_components, rows
+from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+STEPS, KILL_AT = 6, 5  # checkpoints at 2, 4, 6: the kill costs step 5
+COMPARED = ("version", "loss", "reward_window", "exact_window", "grad_norm", "lr", "entropy")
+
+
+def options(out: Path, model: Path) -> dict[str, str]:
+    return {
+        "mode": "sync",
+        "steps": str(STEPS),
+        "checkpoint.every": "2",
+        "eval_every": "0",
+        "model.path": str(model),
+        "sampling.group_size": "8",
+        "trainer.batch_size": "32",
+        "generator.prompts_per_call": "2",
+        "buffer.capacity": "64",
+        "window": "32",
+        "out_dir": str(out),
+    }
+
+
+def config(out: Path, model: Path) -> RunConfig:
+    return apply_overrides(tiny(), options(out, model))
+
+
+def trained(out: Path) -> list[Any]:
+    """Per step: the compared metrics and the prompts it trained on."""
+    prompts = [json.loads(x) for x in (out / "trained_prompts.jsonl").read_text().splitlines()]
+    return [([r[k] for k in COMPARED], p) for r, p in zip(rows(out), prompts, strict=True)]
+
+
+def final_state(out: Path) -> dict[str, Any]:
+    """The last checkpoint's trainer state (weights, AdamW moments, version), loaded."""
+    path = out / "final.pt"
+    dcp_to_torch_save(out / "checkpoints" / f"step-{STEPS:06d}" / "trainer", path)
+    state: dict[str, Any] = torch.load(path, weights_only=False)
+    return state
+
+
+def assert_same_state(a: Any, b: Any) -> None:
+    if isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for k in a:
+            assert_same_state(a[k], b[k])
+    elif isinstance(a, torch.Tensor):
+        assert torch.equal(a, b)  # bit for bit
+    else:
+        assert a == b
+
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path) -> Path:
+    """The run left alone."""
+    out = tmp_path_factory.mktemp("clean")
+    cfg = config(out, tiny_checkpoint)
+    summary = asyncio.run(run(cfg, prepare(cfg), quiet=True))
+    assert summary.steps == STEPS
+    return out
+
+
+def test_a_sigkilled_run_resumes_exactly(
+    clean: Path, tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    args = [f"--{k}={v}" for k, v in options(tmp_path, tiny_checkpoint).items()]
+    env = {**os.environ, "HYPERACTOR_MESH_SUPERVISION_POLL_FREQUENCY": "1s"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "async_grpo.cli", *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    metrics = tmp_path / "metrics.jsonl"
+    try:
+        deadline = time.monotonic() + 240
+        while not metrics.exists() or len(metrics.read_text().splitlines()) < KILL_AT:
+            assert proc.poll() is None, "the run ended before it could be killed"
+            assert time.monotonic() < deadline, f"no step {KILL_AT} within 240 s"
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGKILL)  # the controller and every process it started
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert len(rows(tmp_path)) == KILL_AT  # step 5 was recorded, then everything was lost
+    assert main(["--resume", "--out_dir", str(tmp_path)]) == 0  # resumes step-000004
+    assert trained(tmp_path) == trained(clean)
+    assert rows(tmp_path)[-1]["resumes"] == 1
+    assert_same_state(final_state(tmp_path), final_state(clean))
+
+
+def test_a_killed_trainer_is_restored_from_the_last_checkpoint(
+    clean: Path, tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = config(tmp_path, tiny_checkpoint)
+    started = keep_components(monkeypatch)
+    lines: list[str] = []
+
+    def on_step(row: StepRow, result: TrainResult) -> None:
+        del result
+        if row.version == KILL_AT and row.trainer_restores == 0:
+            os.kill(started[0].trainer.pid_list[0], signal.SIGKILL)
+
+    asyncio.run(jobs.run(cfg, prepare(cfg), on_step, lines.append))
+    died = [x for x in lines if x.startswith("[trainer died:")]
+    back = [x for x in lines if x.startswith("[trainer is back at version 4 after")]
+    assert len(died) == 1, lines
+    assert "restoring it from step-000004" in died[0]
+    assert len(back) == 1, lines
+    assert "step 5 is trained again" in back[0]
+    last = rows(tmp_path)[-1]
+    assert (last["trainer_restores"], last["steps_redone"]) == (1, 1)
+    assert last["restore_s"] > 0
+    assert trained(tmp_path) == trained(clean)
+    assert_same_state(final_state(tmp_path), final_state(clean))
+
+
+def test_a_killed_buffer_loses_only_what_it_held(
+    clean: Path, tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = config(tmp_path, tiny_checkpoint)
+    started = keep_components(monkeypatch)
+    put = PromptLedger.put
+    killed: list[int] = []
+
+    def put_then_kill(self: PromptLedger, call: Call, *args: Any, **kwargs: Any) -> None:
+        put(self, call, *args, **kwargs)
+        if call.version == 3 and not killed:  # the buffer now holds part of batch 3
+            (pid,) = started[0].buffer.status().replicas[0].pids
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+
+    monkeypatch.setattr(PromptLedger, "put", put_then_kill)
+    lines: list[str] = []
+    asyncio.run(jobs.run(cfg, prepare(cfg), lambda row, result: None, lines.append))
+    died = [x for x in lines if x.startswith("[buffer replica 0 died:")]
+    assert len(died) == 1, lines
+    assert "groups it held are generated again" in died[0]
+    assert any(x.startswith("[buffer replica 0 is back after") for x in lines), lines
+    last = rows(tmp_path)[-1]
+    assert (last["replica_deaths"], last["replica_restarts"]) == (1, 1)
+    assert last["episodes_lost"] >= cfg.sampling.group_size  # at least the group held
+    assert trained(tmp_path) == trained(clean)  # regenerated, the same episodes
+    assert_same_state(final_state(tmp_path), final_state(clean))

@@ -1,0 +1,121 @@
+"""`--resume` with bad input: a one-line error before any process is spawned, and nothing
+on disk changed. The checkpoints are real ones (`made_checkpoints`), written without
+Monarch; a good one gets as far as spawning (the positive control)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import async_grpo.loop
+import pytest
+from async_grpo.arguments import apply_overrides
+from async_grpo.cli import main
+from async_grpo.presets import tiny
+from made_checkpoints import make_checkpoint, tree
+
+SPAWN_REFUSED = "a process would have been spawned"
+
+
+@pytest.fixture(autouse=True)
+def no_spawning(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError(SPAWN_REFUSED)
+
+    monkeypatch.setattr(async_grpo.loop, "spawn_components", refuse)
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path, tiny_checkpoint: Path) -> Path:
+    """A run directory holding checkpoints 2 and 4 of a tiny run."""
+    out = tmp_path / "run"
+    cfg = apply_overrides(tiny(), {"model.path": str(tiny_checkpoint), "out_dir": str(out)})
+    make_checkpoint(cfg, 2)
+    make_checkpoint(cfg, 4)
+    return out
+
+
+def refused(args: list[str], root: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    """Runs the command, expects the one-line bad-input error and no change under `root`."""
+    before = tree(root)
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("async-grpo: error: "), err
+    assert err.count("\n") == 1, err
+    assert tree(root) == before
+    return err
+
+
+def test_a_good_checkpoint_gets_as_far_as_spawning(
+    run_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--resume", "--out_dir", str(run_dir)]) == 1
+    assert SPAWN_REFUSED in capsys.readouterr().err
+
+
+def test_no_checkpoint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    err = refused(["--resume", "--out_dir", str(tmp_path)], tmp_path, capsys)
+    assert f"--resume: no checkpoint in {tmp_path / 'checkpoints'}" in err
+    err = refused(["--resume", str(tmp_path / "nowhere")], tmp_path, capsys)
+    assert "does not exist" in err
+
+
+def test_another_config_names_the_fields_that_differ(
+    run_dir: Path, tmp_path: Path, tiny_checkpoint: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    other = tmp_path / "other-model"
+    shutil.copytree(tiny_checkpoint, other)
+    args = ["--resume", "--out_dir", str(run_dir), "--sampling.group_size", "8"]
+    err = refused([*args, "--model", str(other)], run_dir, capsys)
+    assert "was written by a run with another config; these fields differ:" in err
+    assert "sampling.group_size (checkpoint '16', here '8')" in err
+    assert f"model.path (checkpoint '{tiny_checkpoint}', here '{other}')" in err
+    # What may change on resume does not count.
+    assert (
+        main(["--resume", "--out_dir", str(run_dir), "--steps", "9", "--trainer.procs", "2"]) == 1
+    )
+    assert SPAWN_REFUSED in capsys.readouterr().err
+
+
+def test_a_truncated_checkpoint(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    shard = run_dir / "checkpoints" / "step-000004" / "trainer" / "__0_0.distcp"
+    size = shard.stat().st_size
+    with shard.open("r+b") as f:
+        f.truncate(size // 2)
+    err = refused(["--resume", "--out_dir", str(run_dir)], run_dir, capsys)
+    assert f"step-000004 is damaged: trainer/__0_0.distcp has {size // 2} bytes" in err
+    assert "(truncated)" in err
+
+
+def test_a_corrupted_checkpoint(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    buffer = run_dir / "checkpoints" / "step-000004" / "buffer.pt"
+    data = bytearray(buffer.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    buffer.write_bytes(data)
+    err = refused(["--resume", "--out_dir", str(run_dir)], run_dir, capsys)
+    assert "buffer.pt does not match the sha256 its manifest records (corrupted)" in err
+
+
+def test_an_incomplete_checkpoint(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    newest = run_dir / "checkpoints" / "step-000004"
+    (newest / "manifest.json").unlink()  # as a crash before the manifest leaves it
+    err = refused(["--resume", str(newest)], run_dir, capsys)
+    assert "step-000004 is incomplete: it has no manifest.json" in err
+    # Without a path, the newest complete one is resumed.
+    assert main(["--resume", "--out_dir", str(run_dir)]) == 1
+    assert SPAWN_REFUSED in capsys.readouterr().err
+
+
+def test_an_older_checkpoint_into_the_same_run(
+    run_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    older = run_dir / "checkpoints" / "step-000002"
+    err = refused(["--resume", str(older)], run_dir, capsys)
+    assert "holds checkpoints newer than step-000002 (step-000004)" in err
+
+
+def test_checkpoint_every_zero(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    err = refused(["--checkpoint.every", "0", "--out_dir", str(out)], tmp_path, capsys)
+    assert "checkpoint.every must be >= 1 (train steps between checkpoints), got 0" in err
+    assert not out.exists()
