@@ -1,5 +1,5 @@
 """The sharded trainer (`trainer.procs > 1`): FSDP over gloo in a Monarch process mesh, weights
-to an unsharded generator through dtensor-reshard.
+to an unsharded generator through dtensor-reshard, its checkpoint loaded by one process.
 
 Real processes: a 2-rank trainer mesh (every parameter a `Shard(0)` DTensor), a one-process
 trainer fed the same batches, one generator replica, the replay buffer, dataset and reward
@@ -110,6 +110,14 @@ def test_sharded_trainer_weights_reach_the_generator_bit_for_bit(tmp_path: Path)
 
             _, after = await generator_weights(c)
             assert any(not torch.equal(after[n], before[n]) for n in after)  # it trained
+            # The 2-rank trainer's checkpoint (a distributed checkpoint, each rank its
+            # shards) loads into one process: a run may resume with another trainer.procs.
+            await c.trainer.save(tmp_path / "ckpt")
+            await c.trainer.saved()
+            restored = await spawn_trainer(single_cfg, prep.model_path, c.procs, tmp_path / "ckpt")
+            assert (await restored.publish_initial()).version == STEPS
+            full, back = await c.trainer.full_weights(), await restored.full_weights()
+            assert all(torch.equal(bits(back[n]), bits(full[n])) for n in full)
             # The sharded step is the one-process step: same loss normalisation, gradients
             # averaged over ranks; only the order of floating-point sums differs.
             assert max(diffs) < 1e-5, diffs

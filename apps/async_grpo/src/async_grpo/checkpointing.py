@@ -8,9 +8,10 @@ step before a checkpoint does not ask for the next batch early):
 2. one message to the buffer returns its state and the groups it holds; from it, the
    ledger's state: a call still in flight whose groups are not in that state is drawn
    again after a resume, so no prompt is skipped or trained twice;
-3. the controller's state (ledger, metrics, task draws) is taken in memory; the ledger
-   thaws;
-4. the trainer copies its state (DCP staging) and goes on training.
+3. at the same time, the trainer hands its state to DCP (`trainer_state.CheckpointWriter`:
+   the copy runs in the background, and only its next optimizer update waits for it);
+4. the controller's state (ledger, metrics, task draws) is taken in memory; the ledger
+   thaws.
 
 The training loop is held for these four (`checkpoint_s` in the metrics). The rest runs
 in the background while training goes on: the trainer's ranks write their distributed
@@ -76,15 +77,18 @@ class Checkpoints:
         begin = time.perf_counter()
         if self._writing is not None:
             await self._writing  # one at a time: the last one's files are still being written
+        self._partial = run_checkpoint.begin(self._out, version)
         run.ledger.frozen = True
         try:
-            snap = await run.c.buffer.endpoint(BufferActor.snapshot).route()
+            # The buffer's state and the trainer's at the same cut, both at once.
+            snap, _ = await asyncio.gather(
+                run.c.buffer.endpoint(BufferActor.snapshot).route(),
+                run.c.trainer.save(self._partial / TRAINER_DIR),
+            )
             state = run.controller_state(version, run.ledger.state(dict(snap.groups)))
         finally:
             run.ledger.frozen = False
             await run.versions.notify()
-        self._partial = run_checkpoint.begin(self._out, version)
-        await run.c.trainer.save(self._partial / TRAINER_DIR)
         self.taken = version
         self._writing = asyncio.create_task(self._write(run, self._partial, state, snap.state))
         return time.perf_counter() - begin

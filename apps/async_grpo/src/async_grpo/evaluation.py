@@ -119,5 +119,7 @@ class Evaluator:
         return await self.evaluate(step)
 
     def cancel(self) -> None:
+        """Drops the running evaluation (the run stops, or is rolled back)."""
         if self._task is not None:
             self._task.cancel()
+        self._task = None

@@ -375,14 +375,19 @@ async def _keep_process_table(c: Components, path: Path) -> None:
         await asyncio.sleep(1.0)
 
 
+# A live trainer answers after the step it is computing; a dead one is reported by Monarch
+# within its supervision poll, or after its own timeouts when a host agent is slow to answer.
+TRAINER_PING_TIMEOUT_S = 180.0
+
+
 async def _trainer_death(c: Components) -> TrainerDied | None:
-    """None if the trainer answers (within 30 s), else how it died."""
+    """None if the trainer answers, else how it died (or that it does not answer)."""
     try:
-        await asyncio.wait_for(c.trainer.pids(), 30.0)
+        await asyncio.wait_for(c.trainer.pids(), TRAINER_PING_TIMEOUT_S)
     except TrainerDied as e:
         return e
     except TimeoutError:
-        return TrainerDied("no answer within 30 s")
+        return TrainerDied(f"no answer within {TRAINER_PING_TIMEOUT_S:.0f} s")
     return None
 
 

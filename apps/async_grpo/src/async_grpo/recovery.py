@@ -121,10 +121,14 @@ async def restore_trainer(run: Run, reason: str) -> None:
     faults.trainer_restores += 1
     faults.restore_s += seconds
     faults.steps_redone += max(0, died_at - cut.version)
-    faults.episodes_lost += max(0, generated - run.metrics.episodes_generated)
+    lost = max(0, generated - run.metrics.episodes_generated)
+    faults.episodes_lost += lost
     redone = ""
     if died_at == cut.version + 1:
         redone = f"; step {died_at} is trained again"
     elif died_at > cut.version:
         redone = f"; steps {cut.version + 1}-{died_at} are trained again"
-    run.log(f"[trainer is back at version {cut.version} after {seconds:.1f}s{redone}]")
+    run.log(
+        f"[trainer is back at version {cut.version} after {seconds:.1f}s{redone}; the {lost} "
+        "episodes generated since are generated again]"
+    )

@@ -8,8 +8,8 @@ names the optimizer state by parameter name, the same for a plain and an FSDP mo
 learning-rate schedule is a function of the version (`training.learning_rate`), so the
 version is its whole state.
 
-Writing happens in the background: `CheckpointWriter.start` copies the state to CPU (DCP's
-staging) and returns; a thread writes the files while the trainer goes on training. A
+Copying and writing happen in the background (`CheckpointWriter`): the trainer is held only
+while it hands DCP its state, and its next optimizer update waits for the copy to finish. A
 sharded trainer's ranks agree on the write plan over a process group of their own (gloo),
 so the background collectives never interleave with the training step's.
 """
@@ -23,10 +23,12 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
-from torch.distributed.checkpoint.state_dict_saver import async_save
+from torch.distributed.checkpoint.state_dict_saver import AsyncSaveResponse, async_save
 
 from async_grpo.training import TrainerCore
 
@@ -59,18 +61,39 @@ def load_trainer_state(core: TrainerCore, path: Path, sharded: bool) -> None:
 class CheckpointWriter:
     """Writes a trainer rank's state in the background, one checkpoint at a time.
 
-    Every rank of a sharded trainer makes one, at the same point (the constructor creates
-    the ranks' checkpoint process group, a collective)."""
+    `start` hands DCP the state; a thread copies it to CPU memory (pinned, on its own CUDA
+    stream, when the weights are on a GPU) while the trainer goes on, and then writes it.
+    Only the weights' next change has to wait for the copy: `staged` blocks until it is
+    done, and `TrainerCore` calls it right before its optimizer updates the weights, so the
+    copy overlaps the forward and backward pass of the next step. Every rank of a sharded
+    trainer makes one, at the same point (the constructor creates the ranks' checkpoint
+    process group, a collective)."""
 
     def __init__(self, sharded: bool) -> None:
         self._sharded = sharded
         group = dist.new_group(backend="gloo") if sharded else None
         self._group = group if isinstance(group, dist.ProcessGroup) else None
+        gpu = torch.cuda.is_available()
+        self._stager = DefaultStager(
+            StagingOptions(
+                use_pinned_memory=gpu,
+                use_shared_memory=False,
+                use_async_staging=True,
+                use_non_blocking_copy=gpu,
+            )
+        )
+        self._staging: concurrent.futures.Future[Any] | None = None
         self._pending: concurrent.futures.Future[Any] | None = None
 
+    @property
+    def writing(self) -> bool:
+        """A copy or a write is running in the background."""
+        return self._pending is not None and not self._pending.done()
+
     def start(self, core: TrainerCore, path: Path) -> float:
-        """Stages `core`'s state and starts writing it to `path`; returns the seconds the
-        trainer was held (waiting for the previous write, and the copy to CPU)."""
+        """Starts copying `core`'s state and writing it to `path`; returns the seconds the
+        trainer was held (waiting for the previous write, if checkpoints come faster than
+        they are written, and handing the state over)."""
         begin = time.perf_counter()
         if self._pending is not None:
             self._pending.result()  # one write at a time; raises if the last one failed
@@ -80,11 +103,18 @@ class CheckpointWriter:
             checkpoint_id=str(path),
             process_group=self._group,
             no_dist=not self._sharded,
+            async_stager=self._stager,
         )
-        if not isinstance(saved, concurrent.futures.Future):
-            raise TypeError(f"dcp.async_save returned {type(saved).__name__}, not a Future")
-        self._pending = saved
+        if not isinstance(saved, AsyncSaveResponse):
+            raise TypeError(f"dcp.async_save returned {type(saved).__name__}")
+        self._staging, self._pending = saved.staging_completion, saved.upload_completion
         return time.perf_counter() - begin
+
+    def staged(self) -> None:
+        """Returns once the last checkpoint's copy of the state is complete: the weights may
+        change from then on (raises what the copy raised)."""
+        if self._staging is not None:
+            self._staging.result()
 
     async def wait(self) -> None:
         """Returns once the last write is on disk (raises what it raised)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import torch
 from replay_buffer import Episode
@@ -108,6 +108,9 @@ class TrainerCore:
         self.rank, self.world_size = rank, world_size
         self.optimizer = make_optimizer(model.parameters(), cfg)
         self.version = 0
+        # Called right before the optimizer changes the weights: a checkpoint still copying
+        # them (`trainer_state.CheckpointWriter.staged`) is waited for there, not earlier.
+        self.before_update: Callable[[], None] = lambda: None
 
     def step(self, episodes: Sequence[Episode], ref_logprobs: Tensor | None) -> StepStats:
         """One GRPO step on this rank's rows of `episodes` (the whole batch, in group order;
@@ -151,6 +154,7 @@ class TrainerCore:
                 f"train step {self.version + 1}: {what}; the step was refused, the weights "
                 f"are unchanged and version {self.version} stays the newest published"
             )
+        self.before_update()
         self.optimizer.step()
         self.version += 1
         return StepStats(stats, grad_norm, lr)

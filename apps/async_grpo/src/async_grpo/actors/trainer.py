@@ -99,6 +99,7 @@ class Trainer(Actor):
             load_trainer_state(self._core, Path(restore), sharded)
         self._publisher = TrainerPublisher(model, rank, sharded)
         self._writer = CheckpointWriter(sharded)
+        self._core.before_update = self._writer.staged
 
     @endpoint
     async def pid(self) -> int:
