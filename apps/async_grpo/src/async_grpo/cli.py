@@ -1,9 +1,10 @@
-"""`uv run async-grpo`: asynchronous GRPO on a Qwen2-architecture model, on one host.
+"""`uv run async-grpo`: asynchronous GRPO on a Qwen2-architecture model.
 
 Spawns a dataset, a generator service, a reward service, a replay buffer, a trainer (and a
-reference model when the KL term is on), each in its own process, and trains until
-`--steps` train steps or `--max_minutes`. Prints sampled trajectories and throughput every
-`--log_every` steps, writes `<out_dir>/metrics.jsonl`, and ends with a summary.
+reference model when the KL term is on), each in its own process, on this host or on the
+host meshes `--placement` names (`placement.py`), and trains until `--steps` train steps or
+`--max_minutes`. Prints sampled trajectories and throughput every `--log_every` steps,
+writes `<out_dir>/metrics.jsonl`, and ends with a summary.
 
     uv run async-grpo                                # default preset, async
     uv run async-grpo --mode sync --steps 100        # the same loop, max_policy_age=0
@@ -12,6 +13,8 @@ reference model when the KL term is on), each in its own process, and trains unt
     uv run async-grpo --help                         # every option, its meaning and default
     uv run async-grpo report runs/async-grpo         # report.html from a run's metrics and trace
     uv run async-grpo sweep                          # max_policy_age 0, 1, 2, 4, one report
+    uv run async-grpo --placement.launcher process --placement.hosts a=1,b=1,c=1
+        --placement.components 'trainer=a,generator=b,*=c'   # (one line) three local hosts
 
 `--preset NAME` picks the named preset (`presets.PRESETS`), whose values are the defaults
 every other option overrides; `--model PATH` is short for `--model.path PATH`. An unknown
@@ -38,6 +41,7 @@ from async_grpo.arguments import parse
 from async_grpo.config import ConfigError, RunConfig
 from async_grpo.loop import run_job
 from async_grpo.metrics import MetricsSink, RunMetrics, StepRow
+from async_grpo.placement import describe
 from async_grpo.prepare import Prepared, prepare
 from async_grpo.presets import PRESETS, default_preset
 from async_grpo.training import NonFiniteError
@@ -267,6 +271,8 @@ def main(argv: list[str] | None = None) -> int:
         f"steps={cfg.steps} batch={cfg.trainer.batch_size} group={cfg.sampling.group_size} "
         f"generators={cfg.generator.replicas} max_policy_age={cfg.effective_max_policy_age}"
     )
+    if prep.placement.launcher != "local":
+        print("\n".join(describe(prep.placement)))
     try:
         summary = asyncio.run(run(cfg, prep))
     except KeyboardInterrupt:
