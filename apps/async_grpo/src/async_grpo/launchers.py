@@ -126,13 +126,19 @@ def kubernetes_meshes(plan: PlacementPlan, placement: PlacementConfig) -> list[K
 
 
 class Hosts:
-    """The host meshes of a running placement, by name, handed out per component; `stop`
-    ends the jobs that started them (the local launcher started nothing)."""
+    """The host meshes of a running placement, by name, handed out per component; `jobs`:
+    the Monarch job holding each mesh (none for the local launcher, which started
+    nothing); `stop` ends them."""
 
     def __init__(
-        self, plan: PlacementPlan, meshes: dict[str, HostMesh], stop: Callable[[], None]
+        self,
+        plan: PlacementPlan,
+        meshes: dict[str, HostMesh],
+        stop: Callable[[], None],
+        jobs: dict[str, Any] | None = None,
     ) -> None:
         self.plan, self.meshes, self._stop = plan, meshes, stop
+        self.jobs = jobs or {}
 
     def mesh(self, component: str) -> HostMesh:
         """The one host mesh of `component` (all of its hosts)."""
@@ -175,26 +181,26 @@ def start_hosts(plan: PlacementPlan, placement: PlacementConfig, out_dir: str) -
     except BaseException:
         _kill(job)
         raise
-    return Hosts(plan, meshes, lambda: _kill(job))
+    return Hosts(plan, meshes, lambda: _kill(job), dict.fromkeys(meshes, job))
 
 
 def _process_hosts(plan: PlacementPlan) -> Hosts:
-    jobs: list[Any] = []
+    jobs: dict[str, Any] = {}
 
     def stop() -> None:
-        for job in jobs:
+        for job in jobs.values():
             _kill(job)
 
     meshes: dict[str, HostMesh] = {}
     try:
         for name, count in plan.meshes.items():
             env = machine_env(name) if plan.split_machines else None
-            jobs.append(ProcessJob({name: count}, env=env))
-            meshes[name] = getattr(jobs[-1].state(cached_path=None), name)
+            jobs[name] = ProcessJob({name: count}, env=env)
+            meshes[name] = getattr(jobs[name].state(cached_path=None), name)
     except BaseException:
         stop()
         raise
-    return Hosts(plan, meshes, stop)
+    return Hosts(plan, meshes, stop, jobs)
 
 
 def _kubernetes_job(plan: PlacementPlan, placement: PlacementConfig) -> Any:

@@ -293,7 +293,7 @@ async def run_job(
     try:
         # Generators start from exactly the weights the trainer holds (version 0).
         weights.newest = await c.trainer.publish_initial()
-        await sync_weights(c, weights.newest)
+        metrics.last_sync_transport = (await sync_weights(c, weights.newest)).transport
         if cfg.eval_every:
             await evaluator.evaluate(0)  # the starting point every later evaluation is read against
 

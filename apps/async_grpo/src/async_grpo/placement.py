@@ -122,6 +122,18 @@ class PlacementConfig:
     """Kubernetes settings (launcher kubernetes)."""
 
 
+def three_local_hosts() -> PlacementConfig:
+    """The trainer on one local host, the generators on a second, everything else on a
+    third, each host mesh declaring a machine of its own so that weights cross between
+    them by RDMA: several hosts on one computer, as the tests and the benchmark run them."""
+    return PlacementConfig(
+        launcher="process",
+        hosts="a=1,b=1,c=1",
+        components="trainer=a,generator=b,*=c",
+        split_machines=True,
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class Demand:
     """What one component starts in this run: `count` processes (trainer), replicas (a
