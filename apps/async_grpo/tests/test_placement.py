@@ -17,7 +17,7 @@ from pathlib import Path
 
 import async_grpo.loop
 import pytest
-from async_grpo.cli import main
+from async_grpo.cli import main, run_failure
 from async_grpo.launchers import (
     KubernetesMesh,
     check_launcher,
@@ -33,8 +33,10 @@ from async_grpo.placement import (
     SlurmConfig,
     describe,
     plan_placement,
+    process_lost,
     three_local_hosts,
 )
+from monarch._rust_bindings.monarch_hyperactor.supervision import SupervisionError
 
 RUN = {  # what the tiny preset starts
     "trainer": Demand(1),
@@ -153,6 +155,7 @@ def test_services_spread_over_every_host_of_their_meshes() -> None:
         ({"launcher": "kubernetes", "hosts": "gen_a=1"}, "on Kubernetes a mesh names its pods"),
         ({"launcher": "slurm", "split_machines": True}, "split_machines is for launcher process"),
         ({"call_timeout_s": -1.0}, "placement.call_timeout_s must be >= 0"),
+        ({"slurm": SlurmConfig(gpus_per_node=-8)}, "placement.slurm.gpus_per_node must be >= 0"),
     ],
 )
 def test_bad_placements_are_one_clear_error(fields: dict[str, object], message: str) -> None:
@@ -326,3 +329,23 @@ def test_the_slurm_batch_script(tmp_path: Path) -> None:
     assert worker.startswith("srun /shared/venv/bin/python -c ")
     assert "run_worker_loop_forever" in worker
     assert (tmp_path / "cancelled").read_text().split() == ["4242"]  # the job is cancelled
+
+
+# What a run printed when host a (the trainer's) was SIGKILLed (Monarch's SupervisionError).
+TRAINER_GONE = (
+    "Endpoint call trainer.publish_initial() failed, Supervision event: actor <root>.<async_grpo"
+    ".actors.trainer.Trainer trainer{'hosts': 0/1, 'procs': 0/1}> has status:\n"
+    "  stopped: no status received from process"
+)
+
+
+def test_a_lost_process_that_cannot_move_is_one_line() -> None:
+    line = run_failure(SupervisionError(TRAINER_GONE))
+    assert line.startswith(
+        "the trainer's process is gone (stopped: no status received from process: killed, "
+        "or its host died). The trainer, replay buffer, dataset and reference model cannot "
+        "move to another host"
+    ), line
+    buffer = TRAINER_GONE.replace("trainer.Trainer trainer{", "buffer.BufferActor replay_buffer{")
+    assert process_lost(buffer).startswith("the replay buffer's process is gone")
+    assert process_lost("lost").startswith("a component's process is gone (lost")

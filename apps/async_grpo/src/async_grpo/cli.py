@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from monarch._rust_bindings.monarch_hyperactor.supervision import SupervisionError
 from monarch.actor import ActorError
 from tqdm import tqdm  # type: ignore[import-untyped]
 
@@ -41,7 +42,7 @@ from async_grpo.arguments import parse
 from async_grpo.config import ConfigError, RunConfig
 from async_grpo.loop import run_job
 from async_grpo.metrics import MetricsSink, RunMetrics, StepRow
-from async_grpo.placement import describe
+from async_grpo.placement import describe, process_lost
 from async_grpo.prepare import Prepared, prepare
 from async_grpo.presets import PRESETS, default_preset
 from async_grpo.training import NonFiniteError
@@ -248,6 +249,8 @@ def run_failure(e: BaseException) -> str:
         e = e.exception
     if isinstance(e, NonFiniteError):
         return str(e)
+    if isinstance(e, SupervisionError):
+        return process_lost(str(e))
     first = str(e).strip().splitlines()
     return f"{type(e).__name__}: {first[0] if first else ''} (in a spawned process)"
 
@@ -278,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\nasync-grpo: interrupted; every process was stopped.", file=sys.stderr)
         return 130
-    except (NonFiniteError, ActorError) as e:
+    except (NonFiniteError, ActorError, SupervisionError) as e:
         print(f"async-grpo: error: {run_failure(e)}", file=sys.stderr)
         return 1
     print_summary(summary, cfg.window, f"{cfg.out_dir}/metrics.jsonl")

@@ -89,7 +89,8 @@ class KubernetesConfig:
     """kubeconfig file, for a controller outside the cluster; empty: $KUBECONFIG, else
     ~/.kube/config, else the pod's own service account (a controller inside the cluster)."""
     gpus_per_pod: int = 0
-    """GPUs each provisioned pod requests (`nvidia.com/gpu`); 0: none."""
+    """GPUs of each pod: requested by provisioned pods (`nvidia.com/gpu`), and the most
+    trainer ranks a pod takes; 0: none."""
     ready_timeout_s: int = 0
     """Give up when a host mesh's pods are not ready after this many seconds; 0: wait."""
 
@@ -99,7 +100,7 @@ class PlacementConfig:
     """Which host mesh each component runs on, and what starts the hosts."""
 
     launcher: Launcher = "local"
-    """What starts the hosts: local (this host, as every name), process (a local
+    """What starts the hosts: local (this host, for every mesh name), process (a local
     subprocess per host, for tests and trying), slurm, kubernetes."""
     hosts: str = "main=1"
     """Host meshes and their host counts, e.g. "trainer=1,gen=2,rest=1" (letters, digits, _)."""
@@ -234,10 +235,17 @@ def plan_placement(
     """Checks `placement` against what the run starts (`demands`, one per component of
     `COMPONENTS`) and returns the plan; raises `PlacementError` naming the key first."""
     p = placement
-    if not p.call_timeout_s >= 0:
-        raise PlacementError(
-            f"placement.call_timeout_s must be >= 0 (0: none), got {p.call_timeout_s}"
-        )
+    counts = {
+        "call_timeout_s": p.call_timeout_s,
+        "slurm.gpus_per_node": p.slurm.gpus_per_node,
+        "slurm.cpus_per_task": p.slurm.cpus_per_task,
+        "slurm.start_timeout_s": p.slurm.start_timeout_s,
+        "kubernetes.gpus_per_pod": p.kubernetes.gpus_per_pod,
+        "kubernetes.ready_timeout_s": p.kubernetes.ready_timeout_s,
+    }
+    for key, value in counts.items():
+        if not value >= 0:  # NaN too
+            raise PlacementError(f"placement.{key} must be >= 0 (0: none), got {value}")
     if p.split_machines and p.launcher != "process":
         raise PlacementError(
             "placement.split_machines is for launcher process (local hosts of one machine); "
@@ -326,6 +334,29 @@ def describe(plan: PlacementPlan) -> list[str]:
     for (mesh, i), names in what.items():
         lines.append(f"    {mesh}[{i}]: {', '.join(names) if names else '-'}")
     return lines
+
+
+_UNMOVABLE = {
+    "trainer": "the trainer",
+    "replay_buffer": "the replay buffer",
+    "dataset": "the dataset",
+    "reference": "the reference model",
+}
+"""Actor names (as `components.py` spawns them) of the components with one process each."""
+
+
+def process_lost(message: str) -> str:
+    """One line for Monarch's `SupervisionError` (its `message`): which component's process
+    is gone, and that it cannot move. Only service replicas restart (on another host when
+    theirs is gone); the other components and the controller hold state nothing restores."""
+    named = re.search(r"<[\w.]+ (\w+)\{", message)
+    who = _UNMOVABLE.get(named.group(1), "a component") if named else "a component"
+    status = message.partition("has status:")[2].strip().splitlines()
+    cause = status[0].strip() if status else message.strip().splitlines()[0]
+    return (
+        f"{who}'s process is gone ({cause}: killed, or its host died). The trainer, replay "
+        "buffer, dataset and reference model cannot move to another host: start the run again"
+    )
 
 
 def _all_hosts(plan: PlacementPlan) -> list[tuple[str, int]]:
