@@ -54,7 +54,7 @@ def plan(trainer_procs: int = 1, **fields: object) -> PlacementPlan:
     for key in ("generator", "reward", "env", "reference"):
         if key in fields:
             demands[key] = Demand(int(str(fields.pop(key))))
-    return plan_placement(PlacementConfig(**fields), demands, trainer_procs)  # type: ignore[arg-type]
+    return plan_placement(PlacementConfig(**fields), demands)  # type: ignore[arg-type]
 
 
 @pytest.fixture(autouse=True)
@@ -75,7 +75,7 @@ def test_the_default_is_everything_on_this_host() -> None:
 
 
 def test_three_local_hosts() -> None:
-    p = plan_placement(three_local_hosts(), RUN, 1)
+    p = plan_placement(three_local_hosts(), RUN)
     assert dict(p.components) == {
         "trainer": ("a",),
         "generator": ("b",),
@@ -154,8 +154,11 @@ def test_services_spread_over_every_host_of_their_meshes() -> None:
         ),
         ({"launcher": "kubernetes", "hosts": "gen_a=1"}, "on Kubernetes a mesh names its pods"),
         ({"launcher": "slurm", "split_machines": True}, "split_machines is for launcher process"),
-        ({"call_timeout_s": -1.0}, "placement.call_timeout_s must be >= 0"),
-        ({"slurm": SlurmConfig(gpus_per_node=-8)}, "placement.slurm.gpus_per_node must be >= 0"),
+        ({"call_timeout_s": -1.0}, "placement.call_timeout_s must be >= 0 and finite"),
+        (
+            {"slurm": SlurmConfig(gpus_per_node=-8)},
+            "placement.slurm.gpus_per_node must be >= 0 and finite",
+        ),
     ],
 )
 def test_bad_placements_are_one_clear_error(fields: dict[str, object], message: str) -> None:
@@ -250,7 +253,7 @@ def test_kubernetes_meshes() -> None:
     config.kubernetes.image = "registry.example/async-grpo:1"
     config.kubernetes.gpus_per_pod = 8
     config.components = "trainer=trainer,*=gen"
-    p = plan_placement(config, {**RUN, "trainer": Demand(16)}, 16)
+    p = plan_placement(config, {**RUN, "trainer": Demand(16)})
     assert kubernetes_meshes(p, config) == [
         KubernetesMesh("trainer", 2, "registry.example/async-grpo:1", 8),
         KubernetesMesh("gen", 4, "registry.example/async-grpo:1", 8),
@@ -272,7 +275,7 @@ SLURM = PlacementConfig(
 
 
 def test_slurm_job_arguments(tmp_path: Path) -> None:
-    p = plan_placement(SLURM, {**RUN, "trainer": Demand(16)}, 16)
+    p = plan_placement(SLURM, {**RUN, "trainer": Demand(16)})
     assert slurm_job_args(p, SLURM, str(tmp_path)) == {
         "meshes": {"trainer": 2, "gen": 1},
         "python_exe": "/shared/venv/bin/python",
@@ -304,7 +307,7 @@ def test_the_slurm_batch_script(tmp_path: Path) -> None:
         "from async_grpo.launchers import slurm_job_args\n"
         "from async_grpo.placement import Demand, plan_placement\n"
         "from test_placement import RUN, SLURM\n"
-        "plan = plan_placement(SLURM, {**RUN, 'trainer': Demand(16)}, 16)\n"
+        "plan = plan_placement(SLURM, {**RUN, 'trainer': Demand(16)})\n"
         "job = SlurmJob(**slurm_job_args(plan, SLURM, sys.argv[1]))\n"
         "job.apply()\n"
         "job.kill()\n"

@@ -147,9 +147,9 @@ class Demand:
 @dataclasses.dataclass(frozen=True)
 class PlacementPlan:
     """A checked placement. `meshes`: host mesh -> hosts, in the order given;
-    `components`: every started component -> the meshes it runs on; `gpus_per_host`: what
-    the launcher requests per host (0: none); `call_timeout_s`: the service call timeout
-    (None: none, and always None on launcher local, where a host cannot die alone)."""
+    `components`: every started component -> the meshes it runs on; `demands`: what each
+    started component starts; `call_timeout_s`: the service call timeout (None: none, and
+    always None on launcher local, where a host cannot die alone)."""
 
     launcher: Launcher
     meshes: Mapping[str, int]
@@ -157,7 +157,6 @@ class PlacementPlan:
     demands: Mapping[str, Demand]
     split_machines: bool
     call_timeout_s: float | None
-    gpus_per_host: int
 
     def hosts_of(self, component: str) -> list[tuple[str, int]]:
         """Every host `component` may run on, as (mesh, host index), in order: the order in
@@ -229,9 +228,7 @@ def parse_components(spec: str, meshes: Mapping[str, int]) -> dict[str, tuple[st
     return {c: named.get(c, rest) for c in COMPONENTS}
 
 
-def plan_placement(
-    placement: PlacementConfig, demands: Mapping[str, Demand], trainer_procs: int
-) -> PlacementPlan:
+def plan_placement(placement: PlacementConfig, demands: Mapping[str, Demand]) -> PlacementPlan:
     """Checks `placement` against what the run starts (`demands`, one per component of
     `COMPONENTS`) and returns the plan; raises `PlacementError` naming the key first."""
     p = placement
@@ -244,8 +241,8 @@ def plan_placement(
         "kubernetes.ready_timeout_s": p.kubernetes.ready_timeout_s,
     }
     for key, value in counts.items():
-        if not value >= 0:  # NaN too
-            raise PlacementError(f"placement.{key} must be >= 0 (0: none), got {value}")
+        if not 0 <= value < float("inf"):  # NaN too
+            raise PlacementError(f"placement.{key} must be >= 0 and finite (0: none), got {value}")
     if p.split_machines and p.launcher != "process":
         raise PlacementError(
             "placement.split_machines is for launcher process (local hosts of one machine); "
@@ -277,7 +274,7 @@ def plan_placement(
     gpus = {"slurm": p.slurm.gpus_per_node, "kubernetes": p.kubernetes.gpus_per_pod}.get(
         p.launcher, 0
     )
-    _check_trainer(trainer_procs, started["trainer"][0], meshes, gpus)
+    _check_trainer(demands["trainer"].count, started["trainer"][0], meshes, gpus)
     timeout = p.call_timeout_s if p.launcher != "local" and p.call_timeout_s > 0 else None
     return PlacementPlan(
         launcher=p.launcher,
@@ -286,7 +283,6 @@ def plan_placement(
         demands={c: demands[c] for c in started},
         split_machines=p.split_machines,
         call_timeout_s=timeout,
-        gpus_per_host=gpus,
     )
 
 

@@ -102,7 +102,7 @@ def plan_hosts(cfg: RunConfig) -> PlacementPlan:
         "reference": Demand(1 if cfg.trainer.loss.kl_coef > 0 else 0),
     }
     try:
-        plan = plan_placement(cfg.placement, demands, cfg.trainer.procs)
+        plan = plan_placement(cfg.placement, demands)
         check_launcher(cfg.placement)
     except PlacementError as e:
         raise ConfigError(str(e)) from None
