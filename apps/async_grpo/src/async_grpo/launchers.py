@@ -57,7 +57,7 @@ def check_launcher(placement: PlacementConfig) -> None:
         except ImportError:
             raise PlacementError(
                 "placement.launcher kubernetes needs the `kubernetes` Python package "
-                "(Monarch's KubernetesJob uses it): uv pip install kubernetes"
+                "(Monarch's KubernetesJob uses it): uv run --with kubernetes async-grpo ..."
             ) from None
         kubeconfig_file(placement.kubernetes.kubeconfig)
 
