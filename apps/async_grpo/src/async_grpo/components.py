@@ -95,9 +95,8 @@ async def spawn_trainer(
     """Spawns the trainer on a mesh of `cfg.trainer.procs` processes spread evenly over the
     hosts of its host mesh (appended to `procs`, so the caller stops it even when set-up
     fails)."""
-    host_mesh = hosts.mesh("trainer")
-    per_host = cfg.trainer.procs // len(hosts.plan.hosts_of("trainer"))
-    mesh = host_mesh.spawn_procs(per_host={"procs": per_host})
+    per_host = hosts.plan.trainer_per_host(cfg.trainer.procs)
+    mesh = hosts.mesh("trainer").spawn_procs(per_host={"procs": per_host})
     procs.append(mesh)
     if cfg.trainer.procs > 1:
         # Imported here: a one-process trainer never pays for torch.distributed's set-up.

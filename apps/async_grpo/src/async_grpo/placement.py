@@ -163,6 +163,11 @@ class PlacementPlan:
         which a service spreads its replicas (replica `i` on host `i % n`)."""
         return [(m, i) for m in self.components[component] for i in range(self.meshes[m])]
 
+    def trainer_per_host(self, procs: int) -> int:
+        """A trainer of `procs` processes has this many on each host of its mesh (checked
+        to divide evenly for the run's trainer)."""
+        return procs // len(self.hosts_of("trainer"))
+
 
 def parse_hosts(spec: str, launcher: Launcher = "local") -> dict[str, int]:
     """ "a=1,b=2" -> {"a": 1, "b": 2}, in order. Names: a letter, then letters, digits or
@@ -308,7 +313,7 @@ def describe(plan: PlacementPlan) -> list[str]:
     for component, demand in plan.demands.items():
         hosts = plan.hosts_of(component)
         if component == "trainer":
-            per_host = demand.count // len(hosts)
+            per_host = plan.trainer_per_host(demand.count)
             for h in hosts:
                 what[h].append(f"trainer x{per_host}" if per_host > 1 else "trainer")
         elif component in SERVICES:
