@@ -121,6 +121,7 @@ class KubernetesMesh:
 
 
 def kubernetes_meshes(plan: PlacementPlan, placement: PlacementConfig) -> list[KubernetesMesh]:
+    """The `add_mesh` calls of the Kubernetes job: a pod per host of each host mesh."""
     k = placement.kubernetes
     return [KubernetesMesh(m, n, k.image, k.gpus_per_pod) for m, n in plan.meshes.items()]
 
@@ -204,7 +205,8 @@ def _process_hosts(plan: PlacementPlan) -> Hosts:
 
 
 def _kubernetes_job(plan: PlacementPlan, placement: PlacementConfig) -> Any:
-    """Never run against a real cluster (none here): built as Monarch documents it."""
+    """Monarch's KubernetesJob for the plan. Never applied to a cluster (none here); built
+    once by hand with the `kubernetes` package installed."""
     from monarch.job.kubernetes import ImageSpec, KubeConfig, KubernetesJob  # noqa: PLC0415
 
     k = placement.kubernetes
