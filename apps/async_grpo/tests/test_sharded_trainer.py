@@ -61,7 +61,9 @@ async def run_steps(c: Components, cfg: RunConfig, single: TrainerMesh) -> list[
         assert isinstance(one.weights, Manifest)
         assert len(result.weights.exports) == cfg.trainer.procs
         assert result.version == version + 1
-        assert await sync_weights(c, result.update) == version + 1
+        synced = await sync_weights(c, result.update)
+        assert synced.version == version + 1
+        assert synced.transport == "shm"  # every rank on this machine: shared memory
 
         full = await c.trainer.full_weights()
         got_version, got = await generator_weights(c)
@@ -92,7 +94,7 @@ def test_sharded_trainer_weights_reach_the_generator_bit_for_bit(tmp_path: Path)
     async def main() -> None:
         c = await spawn_components(cfg, prep, print)
         single_cfg = apply_overrides(cfg, {"trainer.procs": "1"})
-        single = await spawn_trainer(single_cfg, prep.model_path, c.procs)
+        single = await spawn_trainer(single_cfg, prep.model_path, c.procs, c.hosts)
         try:
             initial = await c.trainer.publish_initial()
             await sync_weights(c, initial)

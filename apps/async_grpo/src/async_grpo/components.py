@@ -3,7 +3,8 @@
 Each component runs in its own process (a service: one process per replica): the dataset,
 the replay buffer, the trainer (one process or a sharded mesh), the reference model when
 the KL term is on, the generator and reward services, and with `--env.tasks` one service
-per environment (`rl_envs`).
+per environment (`rl_envs`). Each is spawned on the host mesh its placement names
+(`launchers.Hosts`; this host unless `--placement` says otherwise).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import dataclasses
 from collections.abc import Callable
 
 from actor_service import ReplicaEvent, Service, ServiceConfig, spawn_service
-from monarch.actor import ProcMesh, this_host
+from monarch.actor import ProcMesh
 from replay_buffer import Episode, ReplayBufferActor, ReplayBufferConfig
 from rl_envs import EnvironmentService, spawn_environment
 from torch import Tensor
@@ -27,6 +28,7 @@ from async_grpo.actors.reward import RewardActor
 from async_grpo.actors.trainer import Trainer, TrainResult
 from async_grpo.config import RunConfig
 from async_grpo.environments import parse_env_weights
+from async_grpo.launchers import Hosts, start_hosts
 from async_grpo.prepare import Prepared
 from async_grpo.training import add_stats
 from async_grpo.weight_sync import WeightUpdate, merge
@@ -81,14 +83,20 @@ class Components:
     buffer: ReplayBufferActor  # the app's `BufferActor`: the same endpoints, traced
     trainer: TrainerMesh
     procs: list[ProcMesh]
+    hosts: Hosts
+    """The host meshes everything runs on; stopped last."""
     envs: dict[str, EnvironmentService] = dataclasses.field(default_factory=dict)
     """One service per environment of `--env.tasks`, by name (empty without)."""
 
 
-async def spawn_trainer(cfg: RunConfig, model_path: str, procs: list[ProcMesh]) -> TrainerMesh:
-    """Spawns the trainer on a mesh of `cfg.trainer.procs` processes (appended to `procs`,
-    so the caller stops it even when set-up fails)."""
-    mesh = this_host().spawn_procs(per_host={"procs": cfg.trainer.procs})
+async def spawn_trainer(
+    cfg: RunConfig, model_path: str, procs: list[ProcMesh], hosts: Hosts
+) -> TrainerMesh:
+    """Spawns the trainer on a mesh of `cfg.trainer.procs` processes spread evenly over the
+    hosts of its host mesh (appended to `procs`, so the caller stops it even when set-up
+    fails)."""
+    per_host = hosts.plan.trainer_per_host(cfg.trainer.procs)
+    mesh = hosts.mesh("trainer").spawn_procs(per_host={"procs": per_host})
     procs.append(mesh)
     if cfg.trainer.procs > 1:
         # Imported here: a one-process trainer never pays for torch.distributed's set-up.
@@ -105,9 +113,11 @@ async def spawn_components(
     """Starts every component; `on_replica_event` hears of every service replica that dies,
     comes back or is given up on."""
     procs: list[ProcMesh] = []
+    hosts = start_hosts(prep.placement, cfg.placement, cfg.out_dir)
+    timeout = prep.placement.call_timeout_s
 
-    def proc() -> ProcMesh:
-        mesh = this_host().spawn_procs(per_host={"procs": 1})
+    def proc(component: str) -> ProcMesh:
+        mesh = hosts.first_host(component).spawn_procs(per_host={"procs": 1})
         procs.append(mesh)
         return mesh
 
@@ -120,12 +130,14 @@ async def spawn_components(
         seed=cfg.seed,
     )
     try:
-        dataset = proc().spawn("dataset", DatasetActor, cfg.data, prep.samples, cfg.seed)
-        buffer = proc().spawn("replay_buffer", BufferActor, buffer_cfg)
-        trainer = await spawn_trainer(cfg, prep.model_path, procs)
+        dataset = proc("dataset").spawn("dataset", DatasetActor, cfg.data, prep.samples, cfg.seed)
+        buffer = proc("buffer").spawn("replay_buffer", BufferActor, buffer_cfg)
+        trainer = await spawn_trainer(cfg, prep.model_path, procs, hosts)
         reference = None
         if cfg.trainer.loss.kl_coef > 0:
-            reference = proc().spawn("reference", ReferenceModel, prep.model_path, cfg.sampling)
+            reference = proc("reference").spawn(
+                "reference", ReferenceModel, prep.model_path, cfg.sampling
+            )
         started = await asyncio.gather(
             spawn_service(
                 Generator,
@@ -133,12 +145,14 @@ async def spawn_components(
                     replicas=cfg.generator.replicas,
                     name="generator",
                     no_healthy_timeout_s=REPLICA_RESTART_WAIT_S,
+                    call_timeout_s=timeout,
                 ),
                 prep.model_path,
                 cfg.model,
                 cfg.sampling,
                 cfg.seed,
                 cfg.generator,
+                hosts=hosts.for_service("generator"),
             ),
             spawn_service(
                 RewardActor,
@@ -146,8 +160,10 @@ async def spawn_components(
                     replicas=cfg.reward.replicas,
                     name="reward",
                     no_healthy_timeout_s=REPLICA_RESTART_WAIT_S,
+                    call_timeout_s=timeout,
                 ),
                 cfg.reward.fns,
+                hosts=hosts.for_service("reward"),
             ),
             return_exceptions=True,
         )
@@ -159,12 +175,13 @@ async def spawn_components(
             raise next(e for e in started if isinstance(e, BaseException))
     except BaseException:
         await _stop(procs)  # the plain meshes started so far
+        hosts.stop()
         raise
     for svc in (generator, reward):
         svc.add_listener(on_replica_event)
-    c = Components(dataset, generator, reward, reference, buffer, trainer, procs)
+    c = Components(dataset, generator, reward, reference, buffer, trainer, procs, hosts)
     try:
-        c.envs = await spawn_envs(cfg, on_replica_event)
+        c.envs = await spawn_envs(cfg, on_replica_event, hosts)
     except BaseException:
         await shutdown(c)
         raise
@@ -172,7 +189,7 @@ async def spawn_components(
 
 
 async def spawn_envs(
-    cfg: RunConfig, on_replica_event: Callable[[ReplicaEvent], None]
+    cfg: RunConfig, on_replica_event: Callable[[ReplicaEvent], None], hosts: Hosts
 ) -> dict[str, EnvironmentService]:
     """One service per environment of `--env.tasks` (none without). Its replicas hold many
     episodes each and answer them concurrently (a sandboxed program runs while other
@@ -185,8 +202,9 @@ async def spawn_envs(
                 name=name,
                 max_in_flight_per_replica=64,
                 no_healthy_timeout_s=REPLICA_RESTART_WAIT_S,
+                call_timeout_s=hosts.plan.call_timeout_s,
             )
-            envs[name] = await spawn_environment(name, config)
+            envs[name] = await spawn_environment(name, config, hosts=hosts.for_service("env"))
             service = envs[name].service
             assert isinstance(service, Service)  # spawned here, not a handle
             service.add_listener(on_replica_event)
@@ -199,7 +217,7 @@ async def spawn_envs(
 
 
 async def shutdown(c: Components) -> None:
-    """Stops every service and process this run started."""
+    """Stops every service and process this run started, then the hosts they ran on."""
     services: list[Service[Generator] | Service[RewardActor] | EnvironmentService] = [
         c.generator,
         c.reward,
@@ -209,6 +227,7 @@ async def shutdown(c: Components) -> None:
         with contextlib.suppress(Exception):
             await svc.shutdown()
     await _stop(c.procs)
+    c.hosts.stop()
 
 
 async def _stop(procs: list[ProcMesh]) -> None:

@@ -36,7 +36,7 @@ from async_grpo.model import load_tokenizer
 from async_grpo.prepare import Prepared
 from async_grpo.rollout import to_episodes
 from async_grpo.tasks import Sample, eval_set
-from async_grpo.weight_sync import WeightSync, WeightUpdate
+from async_grpo.weight_sync import WeightSync, WeightUpdate, oldest
 
 
 class Versions:
@@ -115,15 +115,16 @@ async def rollout_loop(
             warmup.record(await rollout())
 
 
-async def sync_weights(c: Components, update: WeightUpdate) -> int:
-    """Every generator replica pulls `update` (or newer); returns the oldest version they run.
-    The trainer may then reuse the staging of versions older than that one: the newest
-    stays staged for a replica that comes back after a death."""
+async def sync_weights(c: Components, update: WeightUpdate) -> WeightSync:
+    """Every generator replica pulls `update` (or newer); returns the oldest version they
+    run (with every transport used). The trainer may then reuse the staging of versions
+    older than that one: the newest stays staged for a replica that comes back after a
+    death."""
     syncs: list[WeightSync] = await c.generator.endpoint(Generator.update_weights).fanout(update)
-    version = min(s.version for s in syncs)
-    if version > 0:
-        await c.trainer.release(version - 1)
-    return version
+    synced = oldest(syncs)
+    if synced.version > 0:
+        await c.trainer.release(synced.version - 1)
+    return synced
 
 
 class WeightBroadcast:
@@ -155,11 +156,12 @@ class WeightBroadcast:
             start = time.perf_counter()
             try:
                 with tracing.span("sync", track="weight_sync", version=update.version):
-                    version = await sync_weights(c, update)
+                    synced = await sync_weights(c, update)
             except NoHealthyReplicaError:
                 continue  # every replica died under the fanout: each one back is resent to
             metrics.last_sync_s = time.perf_counter() - start
-            await versions.set(generators=version)
+            metrics.last_sync_transport = synced.transport
+            await versions.set(generators=synced.version)
 
 
 StepCallback = Callable[[StepRow, TrainResult], None]
@@ -291,7 +293,7 @@ async def run_job(
     try:
         # Generators start from exactly the weights the trainer holds (version 0).
         weights.newest = await c.trainer.publish_initial()
-        await sync_weights(c, weights.newest)
+        metrics.last_sync_transport = (await sync_weights(c, weights.newest)).transport
         if cfg.eval_every:
             await evaluator.evaluate(0)  # the starting point every later evaluation is read against
 

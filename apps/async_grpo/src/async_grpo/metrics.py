@@ -79,6 +79,9 @@ class StepRow:
     replica_deaths: int
     replica_restarts: int
     episodes_dropped: int
+    weight_sync_transport: str = ""
+    """How the last weight sync's bytes reached the generators: "shm" (same machine), "rdma"
+    (another machine), or both joined by "+" (`weight_sync.WeightSync.transport`)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,6 +127,7 @@ class RunMetrics:
         self.first_step_end: float | None = None
         self.tokens_at_first_step = 0
         self.last_sync_s = 0.0
+        self.last_sync_transport = ""
         self.replica_deaths = 0
         self.replica_restarts = 0
         self.episodes_dropped = 0
@@ -233,6 +237,7 @@ class RunMetrics:
             replica_deaths=self.replica_deaths,
             replica_restarts=self.replica_restarts,
             episodes_dropped=self.episodes_dropped,
+            weight_sync_transport=self.last_sync_transport,
         )
 
 
@@ -257,7 +262,7 @@ class MetricsSink:
         self._file.flush()
         if self._tb is not None:
             for key, value in record.items():
-                if key != "version" and value is not None:
+                if key != "version" and isinstance(value, int | float):
                     self._tb.add_scalar(key, value, row.version)
 
     def close(self) -> None:
