@@ -105,6 +105,11 @@ FURTHER = [
         runs=3,  # example 10, the sandbox command, `uv run async-grpo --preset repeat`
         examples=["examples/10_multi_turn_env.py"],
     ),
+    Step(
+        "08 scaling out",
+        ["docs/08_scaling_out.md"],
+        runs=1,  # the three-local-hosts command
+    ),
 ]
 
 

@@ -67,7 +67,9 @@ async def run_steps(c: Components, cfg: RunConfig, single: TrainerMesh) -> list[
         assert isinstance(one.weights, Manifest)
         assert len(result.weights.exports) == cfg.trainer.procs
         assert result.version == version + 1
-        assert await sync_weights(c, result.update) == version + 1
+        synced = await sync_weights(c, result.update)
+        assert synced.version == version + 1
+        assert synced.transport == "shm"  # every rank on this machine: shared memory
 
         full = await c.trainer.full_weights()
         got_version, got = await generator_weights(c)
@@ -98,7 +100,7 @@ def test_sharded_trainer_weights_reach_the_generator_bit_for_bit(tmp_path: Path)
     async def main() -> None:
         c = await spawn_components(cfg, prep, print)
         single_cfg = apply_overrides(cfg, {"trainer.procs": "1"})
-        single = await spawn_trainer(single_cfg, prep.model_path, c.procs)
+        single = await spawn_trainer(single_cfg, prep.model_path, c.procs, c.hosts)
         try:
             initial = await c.trainer.publish_initial()
             await sync_weights(c, initial)
@@ -114,7 +116,9 @@ def test_sharded_trainer_weights_reach_the_generator_bit_for_bit(tmp_path: Path)
             # shards) loads into one process: a run may resume with another trainer.procs.
             await c.trainer.save(tmp_path / "ckpt")
             await c.trainer.saved()
-            restored = await spawn_trainer(single_cfg, prep.model_path, c.procs, tmp_path / "ckpt")
+            restored = await spawn_trainer(
+                single_cfg, prep.model_path, c.procs, c.hosts, tmp_path / "ckpt"
+            )
             assert (await restored.publish_initial()).version == STEPS
             full, back = await c.trainer.full_weights(), await restored.full_weights()
             assert all(torch.equal(bits(back[n]), bits(full[n])) for n in full)

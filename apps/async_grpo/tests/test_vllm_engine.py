@@ -337,7 +337,7 @@ def test_sharded_trainer_weights_reach_the_vllm_engine(tmp_path: Path) -> None:
                 batch = await c.buffer.endpoint(BufferActor.sample).route(0, cfg.trainer.batch_size)
             result = await c.trainer.train_step(list(batch.episodes), None)
             assert isinstance(result.weights, ShardedManifest)
-            assert await sync_weights(c, result.weights) == 1
+            assert (await sync_weights(c, result.weights)).version == 1
             groups = await c.generator.endpoint(Generator.generate).route(PROMPTS[:2])
             assert {x.policy_version for g in groups for x in g} == {1}
             weights = await c.trainer.full_weights()

@@ -155,3 +155,30 @@ async def test_episodes_from_another_actor_through_a_handle() -> None:
         assert [ok for ok, _ in results] == [True] * 3
         assert [reward for _, reward in results] == pytest.approx([1.0] * 3)
         await procs.stop()
+
+
+async def test_replicas_on_given_hosts_serve_episodes() -> None:
+    """`hosts` spreads the replicas over Monarch hosts: here two local hosts of a
+    `ProcessJob` (subprocesses running Monarch's worker loop)."""
+    from monarch.job import ProcessJob  # noqa: PLC0415
+
+    job = ProcessJob({"a": 1, "b": 1})
+    try:
+        state = job.state(cached_path=None)
+        config = ServiceConfig(replicas=2, name="repeat")
+        async with await spawn_environment("repeat", config, hosts=[state.a, state.b]) as env:
+            records = [await run_episode(Oracle(), env, Task("repeat", seed=s)) for s in range(4)]
+            assert all(r.ok and r.done for r in records)
+            status = env.status()
+            assert [r.host for r in status.replicas] == [0, 1]
+            # Each replica's process was started by its host's worker ("<proc> @ <host>").
+            names = [_process_name(r.pids[0]) for r in status.replicas]
+            assert [n.rpartition(" @ ")[2] for n in names] == ["a_0", "b_0"], names
+    finally:
+        job.kill()  # type: ignore[no-untyped-call]  # Monarch's job API is untyped
+
+
+def _process_name(pid: int) -> str:
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        variables = dict(v.partition(b"=")[::2] for v in f.read().split(b"\0") if v)
+    return variables[b"HYPERACTOR_PROCESS_NAME"].decode()

@@ -19,22 +19,23 @@ from async_grpo.actors.generator import Generator
 from async_grpo.components import Components
 from async_grpo.metrics import RunMetrics
 from async_grpo.versions import Versions
-from async_grpo.weight_sync import WeightSync, WeightUpdate
+from async_grpo.weight_sync import WeightSync, WeightUpdate, oldest
 
 
-async def sync_weights(c: Components, update: WeightUpdate, *, exact: bool = False) -> int:
-    """Every generator replica pulls `update` (or newer); returns the oldest version they run.
-    The trainer may then reuse the staging of versions older than that one: the newest
-    stays staged for a replica that comes back after a death. `exact`: every replica runs
+async def sync_weights(c: Components, update: WeightUpdate, *, exact: bool = False) -> WeightSync:
+    """Every generator replica pulls `update` (or newer); returns the oldest version they run
+    (with every transport used). The trainer may then reuse the staging of versions older
+    than that one: the newest stays staged for a replica that comes back after a death.
+    `exact`: every replica runs
     exactly `update` afterwards, even one that ran a newer version (a trainer restored from
     a checkpoint)."""
     syncs: list[WeightSync] = await c.generator.endpoint(Generator.update_weights).fanout(
         update, exact
     )
-    version = min(s.version for s in syncs)
-    if version > 0:
-        await c.trainer.release(version - 1)
-    return version
+    synced = oldest(syncs)
+    if synced.version > 0:
+        await c.trainer.release(synced.version - 1)
+    return synced
 
 
 class WeightBroadcast:
@@ -72,8 +73,9 @@ class WeightBroadcast:
             start = time.perf_counter()
             try:
                 with tracing.span("sync", track="weight_sync", version=update.version):
-                    version = await sync_weights(c, update)
+                    synced = await sync_weights(c, update)
             except NoHealthyReplicaError:
                 continue  # every replica died under the fanout: each one back is resent to
             metrics.last_sync_s = time.perf_counter() - start
-            await versions.set(generators=version)
+            metrics.last_sync_transport = synced.transport
+            await versions.set(generators=synced.version)

@@ -1,9 +1,10 @@
-"""`uv run async-grpo`: asynchronous GRPO on a Qwen2-architecture model, on one host.
+"""`uv run async-grpo`: asynchronous GRPO on a Qwen2-architecture model.
 
 Spawns a dataset, a generator service, a reward service, a replay buffer, a trainer (and a
-reference model when the KL term is on), each in its own process, and trains until
-`--steps` train steps or `--max_minutes`. Prints sampled trajectories and throughput every
-`--log_every` steps, writes `<out_dir>/metrics.jsonl`, and ends with a summary.
+reference model when the KL term is on), each in its own process, on this host or on the
+host meshes `--placement` names (`placement.py`), and trains until `--steps` train steps or
+`--max_minutes`. Prints sampled trajectories and throughput every `--log_every` steps,
+writes `<out_dir>/metrics.jsonl`, and ends with a summary.
 
     uv run async-grpo                                # default preset, async
     uv run async-grpo --mode sync --steps 100        # the same loop, max_policy_age=0
@@ -13,6 +14,8 @@ reference model when the KL term is on), each in its own process, and trains unt
     uv run async-grpo --resume                       # continue the newest checkpoint of --out_dir
     uv run async-grpo report runs/async-grpo         # report.html from a run's metrics and trace
     uv run async-grpo sweep                          # max_policy_age 0, 1, 2, 4, one report
+    uv run async-grpo --placement.launcher process --placement.hosts a=1,b=1,c=1
+        --placement.components 'trainer=a,generator=b,*=c'   # (one line) three local hosts
 
 `--preset NAME` picks the named preset (`presets.PRESETS`), whose values are the defaults
 every other option overrides; `--model PATH` is short for `--model.path PATH`. `--resume
@@ -35,6 +38,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
+from monarch._rust_bindings.monarch_hyperactor.supervision import SupervisionError
 from monarch.actor import ActorError
 from tqdm import tqdm  # type: ignore[import-untyped]
 
@@ -47,6 +51,7 @@ from async_grpo.job import StopRequest
 from async_grpo.loop import run_job
 from async_grpo.metrics import RunMetrics, StepRow
 from async_grpo.metrics_sink import MetricsSink
+from async_grpo.placement import describe, process_lost
 from async_grpo.prepare import Prepared, prepare
 from async_grpo.presets import PRESETS, default_preset
 from async_grpo.resume import (
@@ -314,6 +319,8 @@ def run_failure(e: BaseException) -> str:
         e = e.exception
     if isinstance(e, NonFiniteError):
         return str(e)
+    if isinstance(e, SupervisionError):
+        return process_lost(str(e))
     first = str(e).strip().splitlines()
     return f"{type(e).__name__}: {first[0] if first else ''}{where}"
 
@@ -343,6 +350,8 @@ def main(argv: list[str] | None = None) -> int:
         f"steps={cfg.steps} batch={cfg.trainer.batch_size} group={cfg.sampling.group_size} "
         f"generators={cfg.generator.replicas} max_policy_age={cfg.effective_max_policy_age}"
     )
+    if prep.placement.launcher != "local":
+        print("\n".join(describe(prep.placement)))
     try:
         summary = asyncio.run(run(cfg, prep, resume=resume))
     except (KeyboardInterrupt, asyncio.CancelledError):
@@ -352,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 130
     except Exception as e:  # the run failed in a process, or the controller itself did
-        if not isinstance(e, ActorError | NonFiniteError):
+        if not isinstance(e, ActorError | NonFiniteError | SupervisionError):
             traceback.print_exc()  # a failure of the controller's own code: show where
         print(f"async-grpo: error: {run_failure(e)}; {resume_hint(cfg.out_dir)}", file=sys.stderr)
         return 1

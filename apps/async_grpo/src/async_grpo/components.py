@@ -1,12 +1,14 @@
 """Starting and stopping the job's processes, and the controller's handles on them.
 
-Each component runs in its own process: the trainer (one process or a sharded mesh), and as
-services (`actor-service`: a replica that dies is started again, the calls it was serving
-sent again) the dataset, the replay buffer, the reference model when the KL term is on, the
-generator and reward services, and with `--env.tasks` one service per environment
-(`rl_envs`). A service replica that hangs is found by its call timeout (`--generator.
-call_timeout_s`, ...) and replaced the same way. The trainer is the controller's to restore
-(`recovery.py`): a call to a dead trainer raises `faults.TrainerDied`.
+Each component runs in its own process, on the host mesh its placement names
+(`launchers.Hosts`; this host unless `--placement` says otherwise): the trainer (one process
+or a sharded mesh), and as services (`actor-service`: a replica that dies is started again,
+the calls it was serving sent again) the dataset, the replay buffer, the reference model
+when the KL term is on, the generator and reward services, and with `--env.tasks` one
+service per environment (`rl_envs`). A service replica that hangs is found by its call
+timeout (`--generator.call_timeout_s`, ...) and replaced the same way. The trainer is the
+controller's to restore (`recovery.py`): a call to a dead trainer raises
+`faults.TrainerDied`.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 
 from actor_service import ReplicaEvent, Service, ServiceConfig, spawn_service
 from monarch._rust_bindings.monarch_hyperactor.supervision import SupervisionError
-from monarch.actor import ProcMesh, this_host
+from monarch.actor import ProcMesh
 from replay_buffer import Episode, ReplayBufferConfig
 from rl_envs import EnvironmentService, spawn_environment
 from torch import Tensor
@@ -34,6 +36,7 @@ from async_grpo.actors.trainer import Trainer, TrainResult
 from async_grpo.config import RunConfig
 from async_grpo.environments import parse_env_weights
 from async_grpo.faults import TrainerDied, tolerate_trainer_deaths
+from async_grpo.launchers import Hosts, start_hosts
 from async_grpo.prepare import Prepared
 from async_grpo.training import add_stats
 from async_grpo.weight_sync import WeightUpdate, merge
@@ -126,6 +129,8 @@ class Components:
     buffer: Service[BufferActor]
     trainer: TrainerMesh
     procs: list[ProcMesh]
+    hosts: Hosts
+    """The host meshes everything runs on; stopped last."""
     envs: dict[str, EnvironmentService] = dataclasses.field(default_factory=dict)
     """One service per environment of `--env.tasks`, by name (empty without)."""
 
@@ -146,13 +151,18 @@ class Components:
 
 
 async def spawn_trainer(
-    cfg: RunConfig, model_path: str, procs: list[ProcMesh], restore: Path | None = None
+    cfg: RunConfig,
+    model_path: str,
+    procs: list[ProcMesh],
+    hosts: Hosts,
+    restore: Path | None = None,
 ) -> TrainerMesh:
-    """Spawns the trainer on a mesh of `cfg.trainer.procs` processes (appended to `procs`,
-    so the caller stops it even when set-up fails), from `restore` (a trainer checkpoint
-    directory) when given."""
+    """Spawns the trainer on a mesh of `cfg.trainer.procs` processes spread evenly over the
+    hosts of its host mesh (appended to `procs`, so the caller stops it even when set-up
+    fails), from `restore` (a trainer checkpoint directory) when given."""
     tolerate_trainer_deaths()
-    mesh = this_host().spawn_procs(per_host={"procs": cfg.trainer.procs})
+    per_host = hosts.plan.trainer_per_host(cfg.trainer.procs)
+    mesh = hosts.mesh("trainer").spawn_procs(per_host={"procs": per_host})
     procs.append(mesh)
     if cfg.trainer.procs > 1:
         # Imported here: a one-process trainer never pays for torch.distributed's set-up.
@@ -179,17 +189,19 @@ def buffer_config(cfg: RunConfig) -> ReplayBufferConfig:
 
 
 def service_config(
-    name: str, replicas: int, cfg: RunConfig, timeout_s: float = 0.0, **more: Any
+    name: str, replicas: int, cfg: RunConfig, prep: Prepared, timeout_s: float = 0.0, **more: Any
 ) -> ServiceConfig:
     """A service of the run: waits for a replica being restarted, restarts each replica up
     to `cfg.max_restarts` times, and takes a replica that leaves a call unanswered for
-    `timeout_s` (0: never) as hung."""
+    `timeout_s` (0: never) as hung. Across hosts the placement's call timeout also applies
+    (a dead host's replicas never answer): the shorter of the two wins."""
+    limits = [t for t in (timeout_s or None, prep.placement.call_timeout_s) if t]
     return ServiceConfig(
         replicas=replicas,
         name=name,
         no_healthy_timeout_s=REPLICA_RESTART_WAIT_S,
         max_restarts=cfg.max_restarts,
-        call_timeout_s=timeout_s or None,
+        call_timeout_s=min(limits) if limits else None,
         **more,
     )
 
@@ -200,29 +212,34 @@ async def spawn_components(
     on_replica_event: Callable[[ReplicaEvent], None],
     restore: Path | None = None,
 ) -> Components:
-    """Starts every component (the trainer from `restore`, a trainer checkpoint directory,
-    when given); `on_replica_event` hears of every service replica that dies, comes back or
-    is given up on."""
+    """Starts the hosts and every component on them (the trainer from `restore`, a trainer
+    checkpoint directory, when given); `on_replica_event` hears of every service replica
+    that dies, comes back or is given up on."""
     procs: list[ProcMesh] = []
     started: list[Service[Any]] = []
+    hosts = start_hosts(prep.placement, cfg.placement, cfg.out_dir)
 
-    async def service(actor: type[Any], config: ServiceConfig, *args: Any) -> Service[Any]:
-        svc = await spawn_service(actor, config, *args)
+    async def service(
+        component: str, actor: type[Any], config: ServiceConfig, *args: Any
+    ) -> Service[Any]:
+        svc = await spawn_service(actor, config, *args, hosts=hosts.for_service(component))
         started.append(svc)
         return svc
 
     try:
-        trainer = await spawn_trainer(cfg, prep.model_path, procs, restore)
+        trainer = await spawn_trainer(cfg, prep.model_path, procs, hosts, restore)
         # Concurrently: each spawns processes that import torch and load a model.
         dataset, buffer, generator, reward = await asyncio.gather(
             service(
+                "dataset",
                 DatasetActor,
-                service_config("dataset", 1, cfg, DATASET_TIMEOUT_S),
+                service_config("dataset", 1, cfg, prep, DATASET_TIMEOUT_S),
                 cfg.data,
                 prep.samples,
                 cfg.seed,
             ),
             service(
+                "buffer",
                 BufferActor,
                 # Its endpoints are concurrent: puts waiting for room, the trainer's sample
                 # and a checkpoint's state_dict are all in flight at once.
@@ -230,15 +247,17 @@ async def spawn_components(
                     "buffer",
                     1,
                     cfg,
+                    prep,
                     max_in_flight_per_replica=64,
                     endpoint_timeouts=(("sample_wait", BUFFER_SAMPLE_TIMEOUT_S),),
                 ),
                 buffer_config(cfg),
             ),
             service(
+                "generator",
                 Generator,
                 service_config(
-                    "generator", cfg.generator.replicas, cfg, cfg.generator.call_timeout_s
+                    "generator", cfg.generator.replicas, cfg, prep, cfg.generator.call_timeout_s
                 ),
                 prep.model_path,
                 cfg.model,
@@ -247,16 +266,18 @@ async def spawn_components(
                 cfg.generator,
             ),
             service(
+                "reward",
                 RewardActor,
-                service_config("reward", cfg.reward.replicas, cfg, cfg.reward.call_timeout_s),
+                service_config("reward", cfg.reward.replicas, cfg, prep, cfg.reward.call_timeout_s),
                 cfg.reward.fns,
             ),
         )
         reference = None
         if cfg.trainer.loss.kl_coef > 0:
             reference = await service(
+                "reference",
                 ReferenceModel,
-                service_config("reference", 1, cfg, cfg.generator.call_timeout_s),
+                service_config("reference", 1, cfg, prep, cfg.generator.call_timeout_s),
                 prep.model_path,
                 cfg.sampling,
             )
@@ -265,12 +286,13 @@ async def spawn_components(
             with contextlib.suppress(Exception):
                 await svc.shutdown()
         await _stop(procs)  # the trainer, if it started
+        hosts.stop()
         raise
     for svc in started:
         svc.add_listener(on_replica_event)
-    c = Components(dataset, generator, reward, reference, buffer, trainer, procs)
+    c = Components(dataset, generator, reward, reference, buffer, trainer, procs, hosts)
     try:
-        c.envs = await spawn_envs(cfg, on_replica_event)
+        c.envs = await spawn_envs(cfg, prep, on_replica_event, hosts)
     except BaseException:
         await shutdown(c)
         raise
@@ -278,7 +300,10 @@ async def spawn_components(
 
 
 async def spawn_envs(
-    cfg: RunConfig, on_replica_event: Callable[[ReplicaEvent], None]
+    cfg: RunConfig,
+    prep: Prepared,
+    on_replica_event: Callable[[ReplicaEvent], None],
+    hosts: Hosts,
 ) -> dict[str, EnvironmentService]:
     """One service per environment of `--env.tasks` (none without). Its replicas hold many
     episodes each and answer them concurrently (a sandboxed program runs while other
@@ -290,10 +315,11 @@ async def spawn_envs(
                 name,
                 cfg.env.replicas,
                 cfg,
+                prep,
                 cfg.env.call_timeout_s,
                 max_in_flight_per_replica=64,
             )
-            envs[name] = await spawn_environment(name, config)
+            envs[name] = await spawn_environment(name, config, hosts=hosts.for_service("env"))
             service = envs[name].service
             assert isinstance(service, Service)  # spawned here, not a handle
             service.add_listener(on_replica_event)
@@ -317,11 +343,12 @@ def process_table(c: Components) -> dict[str, list[int]]:
 
 
 async def shutdown(c: Components) -> None:
-    """Stops every service and process this run started."""
+    """Stops every service and process this run started, then the hosts they ran on."""
     for svc in c.services().values():
         with contextlib.suppress(Exception):
             await svc.shutdown()
     await _stop([*c.procs, c.trainer.mesh])
+    c.hosts.stop()
 
 
 async def _stop(procs: list[ProcMesh]) -> None:

@@ -16,6 +16,7 @@ from typing import Annotated, Literal
 import tyro
 
 from async_grpo.grpo import LossConfig
+from async_grpo.placement import PlacementConfig
 
 
 class ConfigError(ValueError):
@@ -207,6 +208,8 @@ class RunConfig:
     trainer: TrainerConfig = dataclasses.field(default_factory=TrainerConfig)
     buffer: BufferConfig = dataclasses.field(default_factory=BufferConfig)
     checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
+    placement: PlacementConfig = dataclasses.field(default_factory=PlacementConfig)
+    """Which host mesh each component runs on, and the launcher that starts the hosts."""
     mode: Literal["async", "sync"] = "async"
     """async: generation runs ahead of training; sync: the same loop with max_policy_age 0."""
     steps: int = 300

@@ -92,6 +92,9 @@ class StepRow:
     steps_redone: int
     episodes_lost: int
     resumes: int
+    weight_sync_transport: str = ""
+    """How the last weight sync's bytes reached the generators: "shm" (same machine), "rdma"
+    (another machine), or both joined by "+" (`weight_sync.WeightSync.transport`)."""
 
 
 @dataclasses.dataclass
@@ -152,6 +155,7 @@ class RunMetrics:
         self.first_step_end: float | None = None
         self.tokens_at_first_step = 0
         self.last_sync_s = 0.0
+        self.last_sync_transport = ""
         self.episodes_dropped = 0
         self.evals: list[EvalResult] = []
         self.faults = Faults()
@@ -267,6 +271,7 @@ class RunMetrics:
             eval_version=last.version if last else None,
             episodes_dropped=self.episodes_dropped,
             checkpoint_s=0.0,
+            weight_sync_transport=self.last_sync_transport,
             **dataclasses.asdict(self.faults),
         )
         return self.last_row

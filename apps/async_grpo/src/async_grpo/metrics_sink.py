@@ -44,7 +44,7 @@ class MetricsSink:
         self._prompts.flush()
         if self._tb is not None:
             for key, value in record.items():
-                if key != "version" and value is not None:
+                if key != "version" and isinstance(value, int | float):
                     self._tb.add_scalar(key, value, row.version)
 
     def rewind(self, metrics: str, prompts: str) -> None:

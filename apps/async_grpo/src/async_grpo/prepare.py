@@ -17,8 +17,10 @@ import torch
 from async_grpo.checkpoints import CheckpointNotFound, locate_checkpoint
 from async_grpo.config import ConfigError, RunConfig, validate
 from async_grpo.engines import check_engine
-from async_grpo.environments import check_env_config, env_corpus
+from async_grpo.environments import check_env_config, env_corpus, parse_env_weights
+from async_grpo.launchers import check_launcher
 from async_grpo.model import write_random_checkpoint
+from async_grpo.placement import Demand, PlacementError, PlacementPlan, plan_placement
 from async_grpo.presets import ARCHS
 from async_grpo.rewards import parse_weights
 from async_grpo.tasks import Sample, corpus_for, load_hf_dataset, load_jsonl
@@ -27,10 +29,12 @@ from async_grpo.tasks import Sample, corpus_for, load_hf_dataset, load_jsonl
 @dataclasses.dataclass(frozen=True)
 class Prepared:
     """`model_path`: a directory (or hub id) every actor loads with `from_pretrained`;
-    `samples`: the dataset when it comes from a file or HF, None for a generated task."""
+    `samples`: the dataset when it comes from a file or HF, None for a generated task;
+    `placement`: where each component runs."""
 
     model_path: str
     samples: list[Sample] | None
+    placement: PlacementPlan
 
 
 def _reason(e: Exception) -> str:
@@ -85,6 +89,26 @@ def check_generator(cfg: RunConfig) -> None:
         raise ConfigError(f"generator.engine {g.engine}: {problem}")
 
 
+def plan_hosts(cfg: RunConfig) -> PlacementPlan:
+    """`cfg.placement` checked against what this run starts, and the launcher's tools."""
+    envs = len(parse_env_weights(cfg.env.tasks)) if cfg.env.tasks else 0
+    demands = {
+        "trainer": Demand(cfg.trainer.procs),
+        "generator": Demand(cfg.generator.replicas),
+        "reward": Demand(cfg.reward.replicas),
+        "env": Demand(cfg.env.replicas if envs else 0, services=envs),
+        "buffer": Demand(1),
+        "dataset": Demand(1),
+        "reference": Demand(1 if cfg.trainer.loss.kl_coef > 0 else 0),
+    }
+    try:
+        plan = plan_placement(cfg.placement, demands)
+        check_launcher(cfg.placement)
+    except PlacementError as e:
+        raise ConfigError(str(e)) from None
+    return plan
+
+
 def prepare(cfg: RunConfig) -> Prepared:
     """Validates `cfg` and builds what the processes need; raises before spawning anything."""
     validate(cfg)
@@ -104,6 +128,7 @@ def prepare(cfg: RunConfig) -> Prepared:
             raise ConfigError(str(e)) from None
     if build and m.arch not in ARCHS:
         raise ConfigError(f"model.arch: unknown architecture {m.arch!r}; known: {sorted(ARCHS)}")
+    placement = plan_hosts(cfg)
     samples = load_samples(cfg)
     if not build:
         try:
@@ -119,4 +144,4 @@ def prepare(cfg: RunConfig) -> Prepared:
             corpus = corpus_for(cfg.data.task, cfg.data.min_n, cfg.data.max_n, samples or ())
         path = out_dir / f"checkpoint-{m.arch}-seed{m.init_seed}"
         model_path = str(write_random_checkpoint(path, ARCHS[m.arch], corpus, seed=m.init_seed))
-    return Prepared(model_path, samples)
+    return Prepared(model_path, samples, placement)

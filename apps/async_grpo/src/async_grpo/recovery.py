@@ -89,7 +89,7 @@ async def apply_cut(run: Run, cut: Cut, *, rollback: bool) -> None:
         await run.c.buffer.endpoint(BufferActor.restore).route(cut.buffer)
     update = await run.c.trainer.publish_initial()
     run.weights.reset(update)
-    await sync_weights(run.c, update, exact=True)
+    run.metrics.last_sync_transport = (await sync_weights(run.c, update, exact=True)).transport
     await run.versions.set(trainer=update.version, generators=update.version)
     if controller.pending_eval is not None:
         run.evaluator.request(controller.pending_eval)
@@ -114,7 +114,9 @@ async def restore_trainer(run: Run, reason: str) -> None:
     if newest is not None and newest != run.base.checkpoint:
         cut = await asyncio.to_thread(read_cut, newest, buffer_config(run.cfg))
     generated = run.metrics.episodes_generated
-    run.c.trainer = await spawn_trainer(run.cfg, run.prep.model_path, run.c.procs, cut.trainer)
+    run.c.trainer = await spawn_trainer(
+        run.cfg, run.prep.model_path, run.c.procs, run.c.hosts, cut.trainer
+    )
     await apply_cut(run, cut, rollback=True)
     seconds = time.perf_counter() - start
     faults = run.metrics.faults

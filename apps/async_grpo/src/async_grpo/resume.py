@@ -39,6 +39,7 @@ MAY_CHANGE: tuple[str, ...] = (
     "rollout_loops",
     "max_restarts",
     "checkpoint.",
+    "placement.",
     "trainer.procs",
     "generator.replicas",
     "generator.engine",
@@ -53,9 +54,10 @@ MAY_CHANGE: tuple[str, ...] = (
     "env.call_timeout_s",
 )
 """Config keys (a trailing "." names a section) a resumed run may set differently from its
-checkpoint: how long it runs, how it reports, how many processes it uses, how failures are
-handled. Everything else decides what is trained and must match. `steps` also sets the
-length of a cosine learning-rate schedule, so changing it reshapes the remaining schedule."""
+checkpoint: how long it runs, how it reports, how many processes it uses and on which
+hosts, how failures are handled. Everything else decides what is trained and must match.
+`steps` also sets the length of a cosine learning-rate schedule, so changing it reshapes
+the remaining schedule."""
 
 CONFIG_FILE = "config.json"
 CONTROLLER_FILE = "controller.json"

@@ -17,12 +17,12 @@ This module is the one place that knows there are two.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import dtensor_reshard
 import rdma_tensor
 from dtensor_reshard import ShardedManifest, ShardedPublisher, ShardManifest
-from rdma_tensor import Manifest, Publisher
+from rdma_tensor import Manifest, Publisher, Transport
 from torch import Tensor
 from transformers import PreTrainedModel
 
@@ -78,10 +78,29 @@ def merge(parts: Sequence[WeightPart | WeightUpdate]) -> WeightUpdate:
 @dataclasses.dataclass(frozen=True)
 class WeightSync:
     """One generator's pull: the version it now runs (the update's, or a newer one the
-    publisher staged meanwhile) and the seconds the pull took."""
+    publisher staged meanwhile), the seconds the pull took, and how the bytes came
+    (`rdma_tensor.Transport` values: "shm" or "cuda_ipc" from the trainer's machine, "rdma"
+    from another; a sharded pull from ranks on several machines joins them with "+")."""
 
     version: int
     seconds: float
+    transport: str = ""
+
+
+def transports(values: Iterable[Transport | str]) -> str:
+    """ "rdma+shm" for the transports of one or more pulls (each once, sorted)."""
+    names = {v.value if isinstance(v, Transport) else v for v in values}
+    return "+".join(sorted(t for name in names for t in name.split("+") if t))
+
+
+def oldest(syncs: Sequence[WeightSync]) -> WeightSync:
+    """Every generator's pull of one update as one: the oldest version they run, the
+    slowest pull, and every transport used."""
+    return WeightSync(
+        min(s.version for s in syncs),
+        max(s.seconds for s in syncs),
+        transports(s.transport for s in syncs),
+    )
 
 
 async def pull(update: WeightUpdate, model: PreTrainedModel) -> WeightSync:
@@ -91,6 +110,6 @@ async def pull(update: WeightUpdate, model: PreTrainedModel) -> WeightSync:
         # The trainer's layouts name parameters (a tied head appears once).
         params = {n: p.detach() for n, p in model.named_parameters()}
         shards = await dtensor_reshard.pull(update, into=params, allow_cast=True)
-        return WeightSync(shards.version, shards.seconds)
+        return WeightSync(shards.version, shards.seconds, transports(shards.transports))
     whole = await rdma_tensor.pull(update, into=model.state_dict(), allow_cast=True)
-    return WeightSync(whole.version, whole.seconds)
+    return WeightSync(whole.version, whole.seconds, whole.transport.value)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -32,7 +32,7 @@ from actor_service import (
     spawn_service,
 )
 from actor_service.routers import supports_sessions
-from monarch.actor import Actor
+from monarch.actor import Actor, HostMesh
 from monarch.actor.concurrent import concurrent_endpoint
 
 from rl_envs.environment import Environment
@@ -203,13 +203,18 @@ class EnvironmentService:
 
 
 async def spawn_environment(
-    env: str | EnvFactory, config: ServiceConfig | None = None, **kwargs: Any
+    env: str | EnvFactory,
+    config: ServiceConfig | None = None,
+    *,
+    hosts: HostMesh | Sequence[HostMesh] | None = None,
+    **kwargs: Any,
 ) -> EnvironmentService:
     """Serves an environment from `config.replicas` replicas (default: one, named after
     the environment). `env` is a registered name (`UnknownEnvironmentError` otherwise,
     before anything starts) or a factory: an `Environment` subclass or a picklable callable
     returning one, called as `factory(**kwargs)` in each replica. The router must keep
-    sessions (the default `Sticky` does)."""
+    sessions (the default `Sticky` does). `hosts`: the Monarch host meshes the replicas
+    spread over (`actor_service.spawn_service`'s `hosts`); left out, this host."""
     factory = resolve(env) if isinstance(env, str) else env
     if not callable(factory):
         raise TypeError(f"env must be a registered name or a factory, got {env!r}")
@@ -223,7 +228,7 @@ async def spawn_environment(
             "an environment service needs a router that keeps sessions on a replica "
             f"(Sticky), got {type(config.router).__name__}"
         )
-    service = await spawn_service(EnvironmentActor, config, factory, dict(kwargs))
+    service = await spawn_service(EnvironmentActor, config, factory, dict(kwargs), hosts=hosts)
     try:
         name: str = await service.endpoint("name").route()
     except BaseException:

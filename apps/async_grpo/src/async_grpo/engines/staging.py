@@ -25,7 +25,7 @@ from dtensor_reshard import ShardedManifest
 from rdma_tensor import Manifest, Subscriber
 from torch import Tensor
 
-from async_grpo.weight_sync import WeightUpdate
+from async_grpo.weight_sync import WeightUpdate, transports
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,7 +35,7 @@ class StagedWeights:
     `tensors`: name -> tensor in the trainer's names, shapes and dtypes (checkpoint format);
     read-only views of the publisher's memory when `mapped`, so never write to them, and
     drop them once loaded (they pin the publisher's slot). `seconds`: wall time of the pull;
-    `nbytes`: bytes of tensor data.
+    `nbytes`: bytes of tensor data; `transport`: how they came (`weight_sync.WeightSync`).
     """
 
     version: int
@@ -43,6 +43,7 @@ class StagedWeights:
     seconds: float
     nbytes: int
     mapped: bool
+    transport: str = ""
 
 
 def _module_of(entries: Mapping[str, tuple[tuple[int, ...], torch.dtype]]) -> torch.nn.Module:
@@ -77,9 +78,9 @@ class Stager:
             if {n: (tuple(t.shape), t.dtype) for n, t in self._sharded.items()} != shapes:
                 self._sharded = {n: torch.empty(s, dtype=d) for n, (s, d) in shapes.items()}
             result = await dtensor_reshard.pull(update, into=self._sharded)
-            return StagedWeights(
-                result.version, self._sharded, time.perf_counter() - start, result.nbytes, False
-            )
+            seconds = time.perf_counter() - start
+            how = transports(result.transports)
+            return StagedWeights(result.version, self._sharded, seconds, result.nbytes, False, how)
         if not isinstance(update, Manifest):
             raise TypeError(f"not a weight update: {type(update).__name__}")
         entries = {e.name: (tuple(e.shape), e.dtype) for e in update.bucket_layout.entries}
@@ -88,6 +89,6 @@ class Stager:
         # one die with `tensors` once the engine has loaded them, releasing the slot's lease.
         pulled = await Subscriber(module, mode="auto").pull(update)
         tensors = {name: module.get_parameter(name).detach() for name in entries}
-        return StagedWeights(
-            pulled.version, tensors, time.perf_counter() - start, pulled.nbytes, pulled.mapped
-        )
+        seconds = time.perf_counter() - start
+        how = pulled.transport.value
+        return StagedWeights(pulled.version, tensors, seconds, pulled.nbytes, pulled.mapped, how)

@@ -255,7 +255,7 @@ class VLLMEngine:
                 raise RuntimeError("vLLM refused to reset its prefix cache after a weight load")
             self.version = staged.version
         self.last_reload_s = time.perf_counter() - start
-        return WeightSync(self.version, staged.seconds + self.last_reload_s)
+        return WeightSync(self.version, staged.seconds + self.last_reload_s, staged.transport)
 
     def close(self) -> None:
         """Stops vLLM's engine (and its worker processes, if it started any)."""
