@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 from monarch.actor import HostMesh, this_host
-from monarch.job import ProcessJob, SlurmJob
 from rdma_tensor.machine import machine_env
 
 from async_grpo.placement import PlacementConfig, PlacementError, PlacementPlan
@@ -173,6 +172,8 @@ def start_hosts(plan: PlacementPlan, placement: PlacementConfig, out_dir: str) -
         return _process_hosts(plan)
     job: Any
     if plan.launcher == "slurm":
+        from monarch.job import SlurmJob  # noqa: PLC0415  (see `_process_hosts`)
+
         job = SlurmJob(**slurm_job_args(plan, placement, out_dir))
     else:
         job = _kubernetes_job(plan, placement)
@@ -186,6 +187,12 @@ def start_hosts(plan: PlacementPlan, placement: PlacementConfig, out_dir: str) -
 
 
 def _process_hosts(plan: PlacementPlan) -> Hosts:
+    # Imported only when used: `monarch.job` imports Flask, and a process that has Flask
+    # loaded fails to start a vLLM engine (its kernel registration walks every module and
+    # trips over Flask's `current_app` proxy). A test module that imports this one is
+    # imported by the actor processes that run its own actor classes.
+    from monarch.job import ProcessJob  # noqa: PLC0415
+
     jobs: dict[str, Any] = {}
 
     def stop() -> None:
