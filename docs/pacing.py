@@ -110,6 +110,11 @@ FURTHER = [
         ["docs/08_scaling_out.md"],
         runs=1,  # the three-local-hosts command
     ),
+    Step(
+        "09 fault tolerance",
+        ["docs/09_fault_tolerance.md"],
+        runs=2,  # a run stopped with Ctrl-C, then `--resume`
+    ),
 ]
 
 

@@ -14,6 +14,7 @@ steps and the process killed before is back; it reads the pids from the run's
 - `kills`: SIGKILLs sent; `recovered`: those the run reported back (a `... is back` line
   for the kind after the death line);
 - `episodes_lost`: episodes generated and then lost to a failure (the metrics' count);
+  `episodes_lost_bound`: the most the kills sent may lose (`recovery.episodes_lost_bound`);
 - `prompts_duplicated`: prompt indices trained more than once (`trained_prompts.jsonl`);
 - `wall_overhead`: the chaos run's wall time over the clean run's;
 - `final_reward`, `final_reward_clean`: the evaluation of each run's final weights (every
@@ -40,6 +41,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from async_grpo.presets import tiny
+from async_grpo.recovery import episodes_lost_bound
+
 KINDS = ("generator", "reward", "buffer", "trainer")
 BACK = {
     "generator": r"\[generator replica \d+ is back after",
@@ -57,6 +61,7 @@ class Row:
     kills: int
     recovered: int
     episodes_lost: int
+    episodes_lost_bound: int
     prompts_duplicated: int
     wall_overhead: float
     final_reward: float
@@ -183,10 +188,14 @@ def main(argv: list[str] | None = None) -> int:
     steps = sorted(r["wall_s"] for r in rows(chaos_out))
     gaps = sorted(b - a for a, b in itertools.pairwise(steps))
     holds = [r["checkpoint_s"] for r in rows(chaos_out) if r["checkpoint_s"] > 0]
+    cfg = tiny()
+    cfg.checkpoint.every = args.every
+    bound = episodes_lost_bound(cfg, buffer_deaths=kills["buffer"], trainer_deaths=kills["trainer"])
     row = Row(
         kills=kills.total(),
         recovered=recovered,
         episodes_lost=int(last["episodes_lost"]),
+        episodes_lost_bound=bound,
         prompts_duplicated=duplicated(chaos_out),
         wall_overhead=wall / wall_clean,
         final_reward=final_eval(chaos_out),
@@ -206,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     goals = {
         "every kill recovered": row.recovered == row.kills,
         "no prompt trained twice": row.prompts_duplicated == 0,
+        "lost episodes within the bound": row.episodes_lost <= row.episodes_lost_bound,
         "final reward within 0.05 of the clean run's": abs(
             row.final_reward - row.final_reward_clean
         )
@@ -215,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'met' if met else 'MISSED'}: {goal}")
     if args.json is not None:
         args.json.write_text(json.dumps(dataclasses.asdict(row), indent=1))
-    return 0
+    return 0 if all(goals.values()) else 1
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Ctrl-C (SIGINT) on `async-grpo` stops every process the app started."""
+"""Ctrl-C (SIGINT) on `async-grpo` stops every process the app started, after a checkpoint."""
 
 import os
 import signal
@@ -6,6 +6,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from async_grpo import run_checkpoint
+from async_grpo.run_checkpoint import verify
 
 
 def descendants(pid: int) -> set[int]:
@@ -65,6 +68,10 @@ def test_sigint_stops_every_process(tmp_path: Path) -> None:
         while any(alive(p) for p in children) and time.monotonic() < deadline:
             time.sleep(0.5)
         assert not [p for p in children if alive(p)]
+        # The step it stopped after is checkpointed, whole (`--resume` would continue it).
+        newest = run_checkpoint.complete(tmp_path)[-1]
+        verify(newest)
+        assert "--resume" in out
     finally:
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)

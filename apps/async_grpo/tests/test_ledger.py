@@ -4,7 +4,9 @@ and what a failure or a checkpoint does to them: nothing skipped, nothing traine
 from __future__ import annotations
 
 from async_grpo.ledger import Call, Held, LedgerState, PromptLedger
+from async_grpo.presets import tiny
 from async_grpo.prompts import derive_seed
+from async_grpo.recovery import episodes_lost_bound
 from rl_envs import Task
 
 
@@ -66,20 +68,25 @@ def test_a_dead_buffers_groups_are_drawn_again_once() -> None:
 def test_the_state_at_a_cut_redraws_what_had_not_reached_the_buffer() -> None:
     ledger = PromptLedger(seed=0, prompts_per_call=2, batch_groups=None)
     # Call 0 lands in the buffer before the snapshot without having answered yet.
-    _landed, flying, held, stale = (claim(ledger) for _ in range(4))
+    _landed, flying, held, stale, late = (claim(ledger) for _ in range(5))
     ledger.put(held, held.indices, version=3, incarnation="b")
     ledger.put(stale, stale.indices, version=1, incarnation="b")
+    ledger.evict_stale(curr_version=3, max_age=1)  # the buffer evicted it at the last sample
+    # The late call's put reached the buffer after its snapshot, and answered before the
+    # ledger's state was taken.
+    ledger.put(late, late.indices, version=3, incarnation="b")
     # The buffer's snapshot: the held call, and a call whose put landed before the snapshot
-    # but had not answered yet; the stale call was evicted.
+    # but had not answered yet.
     state = ledger.state({0: 4, 1: 4, 4: 3, 5: 3})
-    assert state.next_index == 8
-    assert [c.indices for c in state.redo] == [flying.indices]
+    assert state.next_index == 10
+    assert [c.indices for c in state.redo] == [flying.indices, late.indices]
     assert sorted(i for h in state.held for i in h.call.indices) == [0, 1, 4, 5]
     assert {h.version for h in state.held} == {3, 4}
     resumed = PromptLedger(seed=0, prompts_per_call=2, batch_groups=None)
     resumed.load(state)
     assert claim(resumed) == flying
-    assert claim(resumed).indices == (8, 9)
+    assert claim(resumed) == late
+    assert claim(resumed).indices == (10, 11)
 
 
 def test_taken_but_untrained_groups_are_drawn_again() -> None:
@@ -132,3 +139,13 @@ def test_a_call_restricted_keeps_its_seed_and_tasks_in_step() -> None:
     assert (part.indices, part.tasks, part.seed) == ((4, 6), (tasks[0], tasks[2]), 9)
     state = LedgerState(0, (part,), (Held(part, 1),), 0, 0)
     assert state.redo[0].tasks == part.tasks
+
+
+def test_lost_episode_bound_by_hand() -> None:
+    cfg = tiny()  # batch 128, capacity 1024, 2 loops x 4 prompts x 16 samples in flight
+    cfg.checkpoint.every = 50
+    held = 1024 + 2 * 4 * 16
+    assert episodes_lost_bound(cfg, buffer_deaths=1, trainer_deaths=0) == held
+    # A trainer death: up to 99 steps' batches since the newest complete checkpoint.
+    assert episodes_lost_bound(cfg, buffer_deaths=0, trainer_deaths=1) == 99 * 128 + held
+    assert episodes_lost_bound(cfg, buffer_deaths=3, trainer_deaths=2) == 5 * held + 2 * 99 * 128

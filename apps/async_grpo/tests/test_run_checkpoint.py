@@ -95,7 +95,9 @@ def full_state() -> ControllerState:
     metrics.faults.trainer_restores = 2
     metrics.reached_09 = (7, 12.5)
     row: dict[str, Any] = {f.name: 0 for f in dataclasses.fields(StepRow)}
-    metrics.last_row = StepRow(**{**row, "loss": -0.25, "eval_reward": None})
+    metrics.last_row = StepRow(
+        **{**row, "loss": -0.25, "eval_reward": None, "weight_sync_transport": "rdma"}
+    )
     task = Task("repeat", 5, "train", 1)
     call = Call((3, 4), derive_seed(0, "call", 3), 2, (task, task))
     ledger = LedgerState(9, (call,), (Held(call.only([4]), 1),), 2, 1)

@@ -77,5 +77,7 @@ class WeightBroadcast:
             except NoHealthyReplicaError:
                 continue  # every replica died under the fanout: each one back is resent to
             metrics.last_sync_s = time.perf_counter() - start
-            metrics.last_sync_transport = synced.transport
+            # A replica that already pulled this version (a generate request brought it)
+            # moves nothing and names no transport; the row keeps the last one that did.
+            metrics.last_sync_transport = synced.transport or metrics.last_sync_transport
             await versions.set(generators=synced.version)

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from async_grpo import run_checkpoint, run_state
-from async_grpo.actors.buffer import BufferActor
+from async_grpo.actors.buffer import BufferActor, BufferSnapshot
 from async_grpo.config import RunConfig
 from async_grpo.metrics_sink import METRICS_FILE, PROMPTS_FILE, lines_up_to
 from async_grpo.resume import BUFFER_FILE, CONFIG_FILE, CONTROLLER_FILE, TRAINER_DIR
@@ -80,12 +80,17 @@ class Checkpoints:
         self._partial = run_checkpoint.begin(self._out, version)
         run.ledger.frozen = True
         try:
+
+            async def buffer_and_controller() -> tuple[BufferSnapshot, ControllerState]:
+                snap = await run.c.buffer.endpoint(BufferActor.snapshot).route()
+                # The controller's state as the snapshot answers, not after the trainer's
+                # save: a put the buffer takes meanwhile must still be in flight here.
+                return snap, run.controller_state(version, run.ledger.state(dict(snap.groups)))
+
             # The buffer's state and the trainer's at the same cut, both at once.
-            snap, _ = await asyncio.gather(
-                run.c.buffer.endpoint(BufferActor.snapshot).route(),
-                run.c.trainer.save(self._partial / TRAINER_DIR),
+            (snap, state), _ = await asyncio.gather(
+                buffer_and_controller(), run.c.trainer.save(self._partial / TRAINER_DIR)
             )
-            state = run.controller_state(version, run.ledger.state(dict(snap.groups)))
         finally:
             run.ledger.frozen = False
             await run.versions.notify()

@@ -90,7 +90,9 @@ async def generate_env_episodes(
         with tracing.span("put", track="rollout", episodes=len(episodes)):
             incarnation = await c.buffer.endpoint(BufferActor.put).route(episodes)
     version = min((e.policy_version for e in episodes), default=0)
-    ledger.put(call, kept, version, incarnation)
+    metrics.faults.episodes_lost += (
+        ledger.put(call, kept, version, incarnation) * cfg.sampling.group_size
+    )
     ledger.in_order(call, lambda: metrics.record_records(groups, dropped))
     return len(episodes)
 

@@ -4,7 +4,7 @@ A rollout claims a `Call`: prompts, by index in the run's prompt stream (`prompt
 generated together with one seed. Each prompt's group then goes in flight -> held (in the
 buffer) -> taken (in a batch) -> trained, or leaves as stale (the buffer evicted it) or
 dropped (an episode of its group failed). Knowing that is what lets a failure cost no
-prompt and train none twice (`docs/08_fault_tolerance.md`):
+prompt and train none twice (`docs/09_fault_tolerance.md`):
 
 - a checkpoint saves the position (`next_index`), the groups the buffer holds, and as
   calls to draw again the prompts in flight at the cut (and those taken but not trained,
@@ -128,22 +128,24 @@ class PromptLedger:
         seed = derive_seed(self._seed, "call", first)
         return self._start(Call(tuple(range(first, first + count)), seed, version, tasks))
 
-    def put(self, call: Call, kept: Sequence[int], version: int, incarnation: str) -> None:
+    def put(self, call: Call, kept: Sequence[int], version: int, incarnation: str) -> int:
         """`call`'s rollout put the groups `kept` into the buffer `incarnation` (the others
-        were dropped), all sampled from `version` or newer."""
+        were dropped), all sampled from `version` or newer. Returns the groups lost: all of
+        `kept` when that buffer has died since (they are drawn again), else 0."""
         self._in_flight.pop(call.indices[0], None)
         if self._quota is not None and call.version == self._open_version:
             self._used -= len(call.indices) - len(kept)  # dropped groups are replaced
         if not kept:
-            return
+            return 0
         self._seen.add(incarnation)
         if incarnation in self._dead:  # that buffer died after taking them
             self._queue(dataclasses.replace(call.only(kept), recorded=True))
             self.lost_groups += len(kept)
-            return
+            return len(kept)
         held = Held(call.only(kept), version)
         for index in kept:
             self._held[index] = held
+        return 0
 
     def in_order(self, call: Call, action: Callable[[], None]) -> None:
         """Runs `action`, a finished call's bookkeeping (its episodes into the reward
@@ -205,7 +207,8 @@ class PromptLedger:
         """The ledger at a cut, given the groups the buffer's saved state holds (group id ->
         policy version; taken with the ledger frozen and no batch outstanding). A call in
         flight whose groups are not in that state is drawn again after a resume, and so are
-        groups taken but not trained; a held group absent there was evicted as stale."""
+        groups taken but not trained, and held groups absent there: their put reached the
+        buffer after its snapshot (the ledger forgets stale groups itself, `evict_stale`)."""
         redo = list(self._redo)
         held: list[Held] = []
         for call in self._in_flight.values():
@@ -216,9 +219,10 @@ class PromptLedger:
                 redo.append(call.only(i for i in call.indices if i not in in_buffer))
         still = {g: h.call for g, h in self._held.items() if g in in_buffer}
         held += [Held(c, min(in_buffer[i] for i in c.indices)) for c in _calls_of(still)]
+        late = {g: h.call for g, h in self._held.items() if g not in in_buffer}
         return LedgerState(
             next_index=self.next_index,
-            redo=tuple(redo + _calls_of(self._taken)),
+            redo=tuple(redo + _calls_of(late) + _calls_of(self._taken)),
             held=tuple(held),
             open_version=self._open_version,
             used=self._used,

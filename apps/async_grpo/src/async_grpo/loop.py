@@ -97,7 +97,8 @@ async def generate_episode(
     )
     with tracing.span("put", track="rollout", episodes=len(episodes)):
         incarnation = await c.buffer.endpoint(BufferActor.put).route(episodes)
-    ledger.put(call, call.indices, min(e.policy_version for e in episodes), incarnation)
+    lost = ledger.put(call, call.indices, min(e.policy_version for e in episodes), incarnation)
+    metrics.faults.episodes_lost += lost * cfg.sampling.group_size
     ledger.in_order(call, lambda: metrics.record_episodes(completions, targets, rewards))
     return len(episodes)
 

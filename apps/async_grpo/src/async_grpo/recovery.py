@@ -1,4 +1,4 @@
-"""What the run does when one of its processes dies (`docs/08_fault_tolerance.md`).
+"""What the run does when one of its processes dies (`docs/09_fault_tolerance.md`).
 
 - A service replica (generator, reward, environment, dataset, reference) dies or hangs:
   its service restarts it and sends its calls again (`actor-service`); a generator back
@@ -72,6 +72,24 @@ def replica_event_recorder(
             log(f"[{who} stays down after {event.restarts} restarts: {event.reason}]")
 
     return record
+
+
+def episodes_lost_bound(cfg: RunConfig, *, buffer_deaths: int, trainer_deaths: int) -> int:
+    """The most episodes `buffer_deaths` buffer and `trainer_deaths` trainer deaths can lose
+    (counted in `episodes_lost`), given that every checkpoint is written.
+
+    A buffer death loses what it held (at most `buffer.capacity`) and the puts on their way
+    to it (one call per rollout loop). A trainer death loses every episode generated since
+    the newest complete checkpoint: the batches of the steps since it (fewer than
+    2 x `checkpoint.every`, since a checkpoint still being written when the trainer dies is
+    dropped and the next one waits for it), plus what the buffer held and the calls in
+    flight. Episodes the buffer evicted as stale in that span count too; the bound assumes
+    there are few (async mode throttles generation to `buffer.max_policy_age`).
+    """
+    in_flight = cfg.rollout_loops * cfg.generator.prompts_per_call * cfg.sampling.group_size
+    held = cfg.buffer.capacity + in_flight
+    since_checkpoint = (2 * cfg.checkpoint.every - 1) * cfg.trainer.batch_size
+    return buffer_deaths * held + trainer_deaths * (since_checkpoint + held)
 
 
 async def apply_cut(run: Run, cut: Cut, *, rollback: bool) -> None:

@@ -9,7 +9,7 @@ A request may bring the weights it needs (`weights`: the newest version the cont
 knows): a replica behind them pulls them first, so a replica restarted after a death never
 serves its checkpoint's weights. A request may bring a `seed`: its samples then depend on
 (prompts, weights, seed) only, not on what this replica served before, which is what makes
-a sync run repeat exactly (`docs/08_fault_tolerance.md`).
+a sync run repeat exactly (`docs/09_fault_tolerance.md`).
 """
 
 from __future__ import annotations
