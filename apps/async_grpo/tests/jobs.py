@@ -7,11 +7,11 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-import async_grpo.loop
+import async_grpo.controller
 import pytest
 from async_grpo.components import Components, spawn_components
 from async_grpo.config import RunConfig
-from async_grpo.loop import StepCallback
+from async_grpo.controller import StepCallback
 from async_grpo.metrics import RunMetrics
 from async_grpo.metrics_sink import MetricsSink
 from async_grpo.prepare import Prepared
@@ -26,18 +26,18 @@ def keep_components(monkeypatch: pytest.MonkeyPatch) -> list[Components]:
         started.append(c)
         return c
 
-    monkeypatch.setattr(async_grpo.loop, "spawn_components", spawn_and_keep)
+    monkeypatch.setattr(async_grpo.controller, "spawn_components", spawn_and_keep)
     return started
 
 
 async def run(
     cfg: RunConfig, prep: Prepared, on_step: StepCallback, log: Callable[[str], None]
 ) -> RunMetrics:
-    """`loop.run_job`, its rows written to `<cfg.out_dir>/metrics.jsonl`."""
+    """`controller.run_job`, its rows written to `<cfg.out_dir>/metrics.jsonl`."""
     sink = MetricsSink(Path(cfg.out_dir))
     metrics = RunMetrics(cfg.window)
     try:
-        await async_grpo.loop.run_job(cfg, prep, sink, on_step, metrics, log=log)
+        await async_grpo.controller.run_job(cfg, prep, sink, on_step, metrics, log=log)
     finally:
         sink.close()
     return metrics

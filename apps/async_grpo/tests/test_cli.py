@@ -3,7 +3,7 @@
 from pathlib import Path
 
 import async_grpo.cli
-import async_grpo.loop
+import async_grpo.controller
 import pytest
 from async_grpo.cli import build_config, main
 from async_grpo.presets import PRESETS, default_preset, qwen25_05b, tiny
@@ -16,7 +16,7 @@ def no_spawning(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("a process would have been spawned")
 
-    monkeypatch.setattr(async_grpo.loop, "spawn_components", refuse)
+    monkeypatch.setattr(async_grpo.controller, "spawn_components", refuse)
 
 
 def run_main(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:

@@ -15,7 +15,7 @@ import sys
 import types
 from pathlib import Path
 
-import async_grpo.loop
+import async_grpo.controller
 import pytest
 from async_grpo.cli import main, run_failure
 from async_grpo.launchers import (
@@ -62,7 +62,7 @@ def no_spawning(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("a process would have been spawned")
 
-    monkeypatch.setattr(async_grpo.loop, "spawn_components", refuse)
+    monkeypatch.setattr(async_grpo.controller, "spawn_components", refuse)
 
 
 def test_the_default_is_everything_on_this_host() -> None:

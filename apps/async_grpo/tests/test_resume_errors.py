@@ -7,7 +7,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import async_grpo.loop
+import async_grpo.controller
 import pytest
 from async_grpo.arguments import apply_overrides
 from async_grpo.cli import main
@@ -22,7 +22,7 @@ def no_spawning(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError(SPAWN_REFUSED)
 
-    monkeypatch.setattr(async_grpo.loop, "spawn_components", refuse)
+    monkeypatch.setattr(async_grpo.controller, "spawn_components", refuse)
 
 
 @pytest.fixture

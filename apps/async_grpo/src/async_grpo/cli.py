@@ -47,8 +47,8 @@ from async_grpo.actors.trainer import TrainResult
 from async_grpo.arguments import parse
 from async_grpo.components import buffer_config
 from async_grpo.config import ConfigError, RunConfig, validate
+from async_grpo.controller import run_job
 from async_grpo.job import StopRequest
-from async_grpo.loop import run_job
 from async_grpo.metrics import RunMetrics, StepRow
 from async_grpo.metrics_sink import MetricsSink
 from async_grpo.placement import describe, process_lost
