@@ -3,7 +3,7 @@
 import re
 
 import pytest
-from async_grpo.arguments import apply_overrides
+from async_grpo.arguments import apply_overrides, take_flag
 from async_grpo.config import ConfigError, RunConfig, validate
 from async_grpo.grpo import LossConfig
 from async_grpo.presets import ARCHS, PRESETS, tiny
@@ -111,3 +111,16 @@ def test_presets_are_valid(name: str) -> None:
     cfg.trainer.lr = 123.0
     assert PRESETS[name]().trainer.lr != 123.0
     assert RunConfig().trainer.loss == LossConfig()  # the defaults nest grpo's own defaults
+
+
+def test_take_flag_takes_every_spelling_and_the_last_counts() -> None:
+    argv = ["--steps", "3", "--resume", "--out_dir=x", "--resume=a", "--resume", "b"]
+    assert take_flag(argv, "--resume", bare="") == ("b", ["--steps", "3", "--out_dir=x"])
+    assert take_flag(["--resume"], "--resume", bare="") == ("", [])
+    assert take_flag(["--resume", "--steps", "3"], "--resume", bare="") == (
+        "",
+        ["--steps", "3"],
+    )
+    assert take_flag(["--steps", "3"], "--resume") == (None, ["--steps", "3"])
+    with pytest.raises(ConfigError, match="--ages needs a value"):
+        take_flag(["--ages", "--steps", "3"], "--ages")

@@ -64,6 +64,32 @@ def config_keys(cfg: object, prefix: str = "") -> list[str]:
     return keys
 
 
+def take_flag(
+    argv: Sequence[str], flag: str, *, bare: str | None = None
+) -> tuple[str | None, list[str]]:
+    """Takes `flag VALUE` / `flag=VALUE` out of `argv`: (VALUE, None without `flag`; the
+    rest). `flag` followed by no value (the end, or another `--option`) gives `bare`, and is
+    an error when `bare` is None. The last one counts."""
+    rest: list[str] = []
+    value: str | None = None
+    i = 0
+    while i < len(argv):
+        key, eq, given = argv[i].partition("=")
+        if key != flag:
+            rest.append(argv[i])
+        elif eq:
+            value = given
+        elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+            value = argv[i + 1]
+            i += 1
+        elif bare is not None:
+            value = bare
+        else:
+            raise ConfigError(f"{flag} needs a value")
+        i += 1
+    return value, rest
+
+
 def unknown_key(key: str) -> ConfigError:
     """The error for `--key`, which names no config field, with the closest known key."""
     close = difflib.get_close_matches(key, config_keys(RunConfig()), n=1)

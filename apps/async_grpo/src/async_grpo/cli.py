@@ -44,7 +44,7 @@ from tqdm import tqdm  # type: ignore[import-untyped]
 
 from async_grpo import tracing
 from async_grpo.actors.trainer import TrainResult
-from async_grpo.arguments import parse
+from async_grpo.arguments import parse, take_flag
 from async_grpo.components import buffer_config
 from async_grpo.config import ConfigError, RunConfig, validate
 from async_grpo.controller import run_job
@@ -112,23 +112,11 @@ class Summary:
 
 def split_preset(argv: list[str]) -> tuple[str, list[str]]:
     """Takes `--preset NAME` (or `--preset=NAME`) out of `argv`: (preset, the rest)."""
-    preset, rest = default_preset(), []
-    i = 0
-    while i < len(argv):
-        key, eq, value = argv[i].partition("=")
-        if key != "--preset":
-            rest.append(argv[i])
-            i += 1
-            continue
-        if not eq:
-            if i + 1 >= len(argv) or argv[i + 1].startswith("--"):
-                raise ConfigError("--preset needs a value")
-            value = argv[i + 1]
-            i += 1
-        i += 1
-        if value not in PRESETS:
-            raise ConfigError(f"--preset: unknown preset {value!r}; known: {sorted(PRESETS)}")
-        preset = value
+    preset, rest = take_flag(argv, "--preset")
+    if preset is None:
+        return default_preset(), rest
+    if preset not in PRESETS:
+        raise ConfigError(f"--preset: unknown preset {preset!r}; known: {sorted(PRESETS)}")
     return preset, rest
 
 

@@ -21,7 +21,7 @@ import torch
 from replay_buffer import ReplayBuffer, ReplayBufferConfig
 
 from async_grpo import run_checkpoint, run_state
-from async_grpo.arguments import config_keys, parse
+from async_grpo.arguments import config_keys, parse, take_flag
 from async_grpo.config import ConfigError, RunConfig
 from async_grpo.metrics_sink import METRICS_FILE, PROMPTS_FILE
 from async_grpo.run_checkpoint import CheckpointError
@@ -193,22 +193,7 @@ def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, str]:
 def split_resume(argv: list[str]) -> tuple[str | None, list[str]]:
     """Takes `--resume [PATH]` out of `argv`: (None without it, "" for the newest checkpoint
     of the out_dir, or PATH; the rest)."""
-    rest: list[str] = []
-    target: str | None = None
-    i = 0
-    while i < len(argv):
-        key, eq, value = argv[i].partition("=")
-        if key != "--resume":
-            rest.append(argv[i])
-        elif eq:
-            target = value
-        elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-            target = argv[i + 1]
-            i += 1
-        else:
-            target = ""
-        i += 1
-    return target, rest
+    return take_flag(argv, "--resume", bare="")
 
 
 def resume_hint(out_dir: str) -> str:

@@ -24,6 +24,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from async_grpo.arguments import take_flag
 from async_grpo.config import ConfigError, RunConfig, validate
 
 DEFAULT_AGES = (0, 1, 2, 4)
@@ -104,26 +105,6 @@ def sweep(
     return done
 
 
-def _take(argv: list[str], flag: str) -> tuple[str | None, list[str]]:
-    """Removes `flag VALUE` / `flag=VALUE` from `argv`: (VALUE or None, the rest)."""
-    rest: list[str] = []
-    value: str | None = None
-    i = 0
-    while i < len(argv):
-        key, eq, val = argv[i].partition("=")
-        if key != flag:
-            rest.append(argv[i])
-        elif eq:
-            value = val
-        elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-            value = argv[i + 1]
-            i += 1
-        else:
-            raise ConfigError(f"{flag} needs a value")
-        i += 1
-    return value, rest
-
-
 def main(argv: list[str]) -> int:
     """`async-grpo sweep [--ages 0,1,2,4] [run options]`: exit status 0, 2 on bad input (one
     line on stderr, nothing run), 130 when interrupted."""
@@ -134,13 +115,13 @@ def main(argv: list[str]) -> int:
         print(__doc__)
         return 0
     try:
-        raw_ages, rest = _take(list(argv), "--ages")
+        raw_ages, rest = take_flag(list(argv), "--ages")
         ages = parse_ages(raw_ages) if raw_ages is not None else DEFAULT_AGES
         for flag in ("--mode", "--buffer.max_policy_age"):
-            if _take(rest, flag)[0] is not None:
+            if take_flag(rest, flag)[0] is not None:
                 raise ConfigError(f"{flag}: the sweep sets it for each run; use --ages")
-        out_dir, rest = _take(rest, "--out_dir")
-        steps, rest = _take(rest, "--steps")
+        out_dir, rest = take_flag(rest, "--out_dir")
+        steps, rest = take_flag(rest, "--steps")
         rest += ["--out_dir", out_dir or DEFAULT_OUT, "--steps", steps or str(DEFAULT_STEPS)]
         base = build_config(rest)
         root = Path(base.out_dir)

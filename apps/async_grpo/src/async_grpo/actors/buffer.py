@@ -14,27 +14,14 @@ import asyncio
 import contextlib
 import dataclasses
 import os
-from collections.abc import Awaitable, Callable, Iterator
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast
+from collections.abc import Iterator
+from typing import Any
 
-from monarch.actor import Actor, concurrent_endpoint
+from monarch.actor import Actor
+from monarch.actor.concurrent import concurrent_endpoint
 from replay_buffer import Episode, ReplayBuffer, ReplayBufferConfig, SampledBatch
 
 from async_grpo import tracing
-
-if TYPE_CHECKING:
-    from monarch._src.actor.endpoint import EndpointProperty
-
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
-
-
-def _endpoint(
-    method: Callable[Concatenate[Any, _P], Awaitable[_R]],
-) -> EndpointProperty[_P, _R]:
-    """Concurrent, as the package's actor: a `put` waiting for room must not block the
-    `sample_wait` that makes room, nor the other way round (signature kept for mypy)."""
-    return cast("EndpointProperty[_P, _R]", concurrent_endpoint(method))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,7 +34,9 @@ class BufferSnapshot:
 
 
 class BufferActor(Actor):
-    """Serves one `ReplayBuffer` built from `config`."""
+    """Serves one `ReplayBuffer` built from `config`. Every endpoint is concurrent, as the
+    package's `ReplayBufferActor`: a `put` waiting for room must not block the `sample_wait`
+    that makes room, nor the other way round."""
 
     def __init__(self, config: ReplayBufferConfig) -> None:
         tracing.start_from_env("buffer")
@@ -58,7 +47,7 @@ class BufferActor(Actor):
         self.incarnation = f"{os.getpid()}-{id(self):x}"
         self._waiting: set[asyncio.Task[Any]] = set()
 
-    @_endpoint
+    @concurrent_endpoint
     async def put(self, episodes: list[Episode]) -> str:
         """Returns once the episodes are added, after waiting for room if needed; answers
         with the incarnation that holds them."""
@@ -71,7 +60,7 @@ class BufferActor(Actor):
         tracing.counter("buffer", episodes=len(self._buffer))
         return self.incarnation
 
-    @_endpoint
+    @concurrent_endpoint
     async def sample_wait(
         self,
         curr_policy_version: int,
@@ -88,12 +77,12 @@ class BufferActor(Actor):
         tracing.counter("buffer", episodes=len(self._buffer))
         return batch
 
-    @_endpoint
+    @concurrent_endpoint
     async def sample(self, curr_policy_version: int, batch_size: int) -> SampledBatch | None:
         """A batch now, or None (see `ReplayBuffer.sample`)."""
         return self._buffer.sample(curr_policy_version, batch_size)
 
-    @_endpoint
+    @concurrent_endpoint
     async def snapshot(self) -> BufferSnapshot:
         """The buffer's whole state, taken atomically (no put or sample in between)."""
         state = self._buffer.state_dict()
@@ -103,7 +92,7 @@ class BufferActor(Actor):
         ]
         return BufferSnapshot(state, tuple(groups))
 
-    @_endpoint
+    @concurrent_endpoint
     async def restore(self, state: dict[str, Any] | None) -> None:
         """Replaces the content with `state` (None: empty, as new), after cancelling every
         put and sample still waiting: their callers (a rollout, the trainer's next batch)
