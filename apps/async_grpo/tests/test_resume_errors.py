@@ -9,6 +9,7 @@ from pathlib import Path
 
 import async_grpo.controller
 import pytest
+from async_grpo import run_checkpoint
 from async_grpo.arguments import apply_overrides
 from async_grpo.cli import main
 from async_grpo.presets import tiny
@@ -119,3 +120,26 @@ def test_checkpoint_every_zero(tmp_path: Path, capsys: pytest.CaptureFixture[str
     err = refused(["--checkpoint.every", "0", "--out_dir", str(out)], tmp_path, capsys)
     assert "checkpoint.every must be >= 1 (train steps between checkpoints), got 0" in err
     assert not out.exists()
+
+
+def test_a_new_run_over_an_unfinished_one_is_refused(
+    run_dir: Path, tiny_checkpoint: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Checkpoints 2 and 4 of an 800-step run: it stopped early, `--resume` continues it.
+    args = ["--out_dir", str(run_dir), "--model", str(tiny_checkpoint)]
+    err = refused(args, run_dir, capsys)
+    assert "holds the checkpoints of a run that did not finish (the newest is step-000004" in err
+    assert "of 800 steps): `--resume` continues it" in err
+
+
+def test_a_new_run_replaces_a_finished_one(
+    tmp_path: Path, tiny_checkpoint: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "run"
+    cfg = {"model.path": str(tiny_checkpoint), "out_dir": str(out), "steps": "4"}
+    make_checkpoint(apply_overrides(tiny(), cfg), 4)  # the end of a 4-step run
+    assert main(["--out_dir", str(out), "--model", str(tiny_checkpoint)]) == 1
+    captured = capsys.readouterr()
+    assert SPAWN_REFUSED in captured.err
+    assert "the finished run's checkpoints removed (1)" in captured.out
+    assert not run_checkpoint.complete(out)

@@ -57,6 +57,7 @@ from async_grpo.presets import PRESETS, default_preset
 from async_grpo.resume import (
     Cut,
     check_compatible,
+    check_fresh_start,
     check_newest,
     find_checkpoint,
     read_cut,
@@ -327,6 +328,8 @@ def main(argv: list[str] | None = None) -> int:
             cfg, path = resume_config(target, args)
             validate(cfg)
             resume = read_cut(path, buffer_config(cfg))  # all checked before anything is written
+        else:
+            check_fresh_start(Path(cfg.out_dir))
         prep = prepare(cfg)
     except SystemExit as e:  # --help, printed by tyro
         return e.code if isinstance(e.code, int) else 0

@@ -151,6 +151,28 @@ def check_newest(path: Path, out_dir: Path) -> None:
         )
 
 
+def check_fresh_start(out_dir: Path) -> None:
+    """A new run (no `--resume`) replaces what `out_dir` holds, the checkpoints of a finished
+    run included; the checkpoints of a run that stopped before its last step (interrupted,
+    killed, or out of time) are refused instead: `--resume` is how to continue it."""
+    found = run_checkpoint.complete(out_dir)
+    if not found:
+        return
+    newest = found[-1]
+    try:
+        steps: int | None = saved_config(newest).steps
+    except CheckpointError:
+        steps = None
+    if steps is not None and (run_checkpoint.version_of(newest) or 0) >= steps:
+        return
+    of = f" of {steps} steps" if steps is not None else ""
+    raise ConfigError(
+        f"{out_dir} holds the checkpoints of a run that did not finish (the newest is "
+        f"{newest.name}{of}): `--resume` continues it; to start a new run there, delete "
+        f"{run_checkpoint.checkpoints_dir(out_dir)} first, or give another --out_dir"
+    )
+
+
 def read_cut(path: Path, buffer_config: ReplayBufferConfig) -> Cut:
     """Checkpoint `path` read back and checked whole (every file's size and hash, the
     controller's state, the buffer's state against the run's buffer config)."""

@@ -127,8 +127,10 @@ def complete(out_dir: Path) -> list[Path]:
 
 
 def prune(out_dir: Path, keep: int) -> list[Path]:
-    """Deletes all but the newest `keep` complete checkpoints; returns those deleted."""
-    old = complete(out_dir)[:-keep]
+    """Deletes all but the newest `keep` complete checkpoints (0: all); returns those
+    deleted."""
+    found = complete(out_dir)
+    old = found[: max(0, len(found) - keep)]
     for path in old:
         shutil.rmtree(path, ignore_errors=True)
     return old
