@@ -10,13 +10,13 @@ from rl_envs import Task
 from transformers import PreTrainedTokenizerBase
 
 from async_grpo import tracing
-from async_grpo.actors.buffer import BufferActor
 from async_grpo.actors.generator import Generator
 from async_grpo.components import Components
 from async_grpo.config import RunConfig
 from async_grpo.environments import TaskSource, mean_by_env
 from async_grpo.evaluation import EvalFn
 from async_grpo.ledger import Call, PromptLedger
+from async_grpo.loop import put_episodes
 from async_grpo.metrics import EvalResult, RunMetrics
 from async_grpo.multiturn import Encode, Record, play, policy_version
 from async_grpo.prompts import derive_seed
@@ -85,16 +85,10 @@ async def generate_env_episodes(
     episodes, dropped = records_to_episodes(
         groups, iter(kept), encode, scale_by_std=cfg.trainer.scale_by_std
     )
-    incarnation = ""
-    if episodes:
-        with tracing.span("put", track="rollout", episodes=len(episodes)):
-            incarnation = await c.buffer.endpoint(BufferActor.put).route(episodes)
-    version = min((e.policy_version for e in episodes), default=0)
-    metrics.faults.episodes_lost += (
-        ledger.put(call, kept, version, incarnation) * cfg.sampling.group_size
+    bookkeeping = lambda: metrics.record_records(groups, dropped)  # noqa: E731
+    return await put_episodes(
+        c, cfg, metrics, ledger, call, kept=kept, episodes=episodes, bookkeeping=bookkeeping
     )
-    ledger.in_order(call, lambda: metrics.record_records(groups, dropped))
-    return len(episodes)
 
 
 def score_env_eval(

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from replay_buffer import Episode, SampledBatch
@@ -80,11 +80,35 @@ async def generate_episode(
     episodes = to_episodes(
         groups, rewards, iter(call.indices), scale_by_std=cfg.trainer.scale_by_std
     )
-    with tracing.span("put", track="rollout", episodes=len(episodes)):
-        incarnation = await c.buffer.endpoint(BufferActor.put).route(episodes)
-    lost = ledger.put(call, call.indices, min(e.policy_version for e in episodes), incarnation)
+    bookkeeping = lambda: metrics.record_episodes(completions, targets, rewards)  # noqa: E731
+    return await put_episodes(
+        c, cfg, metrics, ledger, call, kept=call.indices, episodes=episodes, bookkeeping=bookkeeping
+    )
+
+
+async def put_episodes(
+    c: Components,
+    cfg: RunConfig,
+    metrics: RunMetrics,
+    ledger: PromptLedger,
+    call: Call,
+    *,
+    kept: Sequence[int],
+    episodes: list[Episode],
+    bookkeeping: Callable[[], None],
+) -> int:
+    """The end of every rollout: the groups `kept` of `call` (`episodes`) into the buffer,
+    the ledger told where they are, and `bookkeeping` (its episodes into the metrics) run in
+    prompt order. Returns the episodes put there."""
+    incarnation = ""
+    if episodes:
+        with tracing.span("put", track="rollout", episodes=len(episodes)):
+            incarnation = await c.buffer.endpoint(BufferActor.put).route(episodes)
+    version = min((e.policy_version for e in episodes), default=0)
+    # Groups a buffer took just before it died are lost with it (and drawn again).
+    lost = ledger.put(call, kept, version, incarnation)
     metrics.faults.episodes_lost += lost * cfg.sampling.group_size
-    ledger.in_order(call, lambda: metrics.record_episodes(completions, targets, rewards))
+    ledger.in_order(call, bookkeeping)
     return len(episodes)
 
 
