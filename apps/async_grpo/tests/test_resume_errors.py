@@ -59,6 +59,9 @@ def test_no_checkpoint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert f"--resume: no checkpoint in {tmp_path / 'checkpoints'}" in err
     err = refused(["--resume", str(tmp_path / "nowhere")], tmp_path, capsys)
     assert "does not exist" in err
+    (tmp_path / "config.json").write_text("{}")
+    err = refused(["--resume", str(tmp_path / "config.json")], tmp_path, capsys)
+    assert "config.json is a file; give a checkpoint or a run directory" in err
 
 
 def test_another_config_names_the_fields_that_differ(

@@ -5,13 +5,13 @@ The cut is taken between two train steps, with no batch on its way from the buff
 step before a checkpoint does not ask for the next batch early):
 
 1. the prompt ledger is frozen: no rollout starts a new call;
-2. one message to the buffer returns its state and the groups it holds; from it, the
-   ledger's state: a call still in flight whose groups are not in that state is drawn
-   again after a resume, so no prompt is skipped or trained twice;
+2. one message to the buffer returns its state and the groups it holds, and the
+   controller's state (ledger, metrics, task draws) is taken in memory as that answer
+   arrives, before any later put is booked: a call still in flight, or put after the
+   snapshot, is drawn again after a resume, so no prompt is skipped or trained twice;
 3. at the same time, the trainer hands its state to DCP (`trainer_state.CheckpointWriter`:
    the copy runs in the background, and only its next optimizer update waits for it);
-4. the controller's state (ledger, metrics, task draws) is taken in memory; the ledger
-   thaws.
+4. once both have answered, the ledger thaws.
 
 The training loop is held for these four (`checkpoint_s` in the metrics). The rest runs
 in the background while training goes on: the trainer's ranks write their distributed

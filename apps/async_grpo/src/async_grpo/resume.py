@@ -91,6 +91,8 @@ class Cut:
 def find_checkpoint(target: str, out_dir: Path) -> Path:
     """The checkpoint `--resume TARGET` names ("": the newest of `out_dir`)."""
     where = Path(target) if target else out_dir
+    if where.is_file():
+        raise ConfigError(f"--resume: {where} is a file; give a checkpoint or a run directory")
     if (where / run_checkpoint.MANIFEST).exists() or run_checkpoint.version_of(where) is not None:
         return where
     for root in (where, where.parent):  # a run directory, or its checkpoints directory
