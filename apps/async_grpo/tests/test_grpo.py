@@ -4,7 +4,7 @@ import math
 
 import pytest
 import torch
-from async_grpo.grpo import LossConfig, group_advantages, grpo_loss, k3_kl
+from async_grpo.grpo import LossConfig, group_advantages, grpo_loss, k3_kl, turn_advantages
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -158,3 +158,55 @@ def test_equal_group_next_to_an_informative_one() -> None:
     adv = group_advantages(torch.tensor([0.7] * 8 + [0.0] * 7 + [1.0]), group_size=8)
     assert adv[:8].tolist() == [0.0] * 8
     assert adv[8:15].max() < 0 < adv[15]
+
+
+def test_turn_advantages_with_full_discount_hand_computed() -> None:
+    # Three episodes of one task; the third ends after one turn.
+    # Returns (discount 1): e0 [0.5+0.5, 0.5] = [1, 0.5]; e1 [0+1, 1] = [1, 1]; e2 [0].
+    # Turn 0: returns 1, 1, 0 -> mean 2/3, deviations 1/3 1/3 -2/3, std sqrt(2)/3.
+    # Turn 1: returns 0.5, 1 (e2 never got there) -> -1, +1.
+    adv = turn_advantages([[0.5, 0.5], [0.0, 1.0], [0.0]], eps=0.0)
+    s = math.sqrt(2) / 3
+    assert adv[0] == pytest.approx([(1 / 3) / s, -1.0])
+    assert adv[1] == pytest.approx([(1 / 3) / s, 1.0])
+    assert adv[2] == pytest.approx([(-2 / 3) / s])
+
+
+def test_turn_advantages_with_no_discount_credit_each_turn_alone() -> None:
+    # Discount 0: a turn's return is its own reward. Turn 0: 1, 0 -> +1, -1 (unscaled
+    # +0.5, -0.5); turn 1: 0, 1 -> -1, +1; turn 2: 0.25, 0.25 -> equal, zeros.
+    adv = turn_advantages([[1.0, 0.0, 0.25], [0.0, 1.0, 0.25]], discount=0.0, eps=0.0)
+    assert adv == [pytest.approx([1.0, -1.0, 0.0]), pytest.approx([-1.0, 1.0, 0.0])]
+    plain = turn_advantages([[1.0, 0.0, 0.25], [0.0, 1.0, 0.25]], discount=0.0, scale_by_std=False)
+    assert plain == [pytest.approx([0.5, -0.5, 0.0]), pytest.approx([-0.5, 0.5, 0.0])]
+
+
+def test_turn_advantages_with_half_discount_hand_computed() -> None:
+    # Returns: e0 [1 + 0.5*0, 0] = [1, 0]; e1 [0 + 0.5*1, 1] = [0.5, 1].
+    adv = turn_advantages([[1.0, 0.0], [0.0, 1.0]], discount=0.5, scale_by_std=False)
+    assert adv == [pytest.approx([0.25, -0.5]), pytest.approx([-0.25, 0.5])]
+
+
+def test_turn_advantages_bad_input() -> None:
+    with pytest.raises(ValueError, match=r"discount must be in \[0, 1\], got 1.5"):
+        turn_advantages([[1.0]], discount=1.5)
+    with pytest.raises(ValueError, match="at least one episode"):
+        turn_advantages([])
+    # One episode alone at every turn: nothing to compare with, zeros.
+    assert turn_advantages([[1.0, 0.0]]) == [[0.0, 0.0]]
+
+
+def test_per_token_advantages_hand_computed() -> None:
+    # On-policy (ratio 1): the loss is -mean(A_t) over real tokens; [B, T] advantages are
+    # used token by token, [B] ones broadcast, and the two agree when rows are constant.
+    lp = torch.zeros(2, 2)
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+    per_token = torch.tensor([[2.0, -1.0], [0.5, 99.0]])  # the padded 99 is never read
+    loss, _ = grpo_loss(lp, lp, per_token, mask, LossConfig())
+    assert loss.item() == pytest.approx(-(2.0 - 1.0 + 0.5) / 3)
+    rows = torch.tensor([1.0, -2.0])
+    a, _ = grpo_loss(lp, lp, rows, mask, LossConfig())
+    b, _ = grpo_loss(lp, lp, rows.unsqueeze(1).expand(2, 2), mask, LossConfig())
+    assert a.item() == pytest.approx(b.item())
+    with pytest.raises(ValueError, match=r"advantages must be \[B\] or \[B, T\]"):
+        grpo_loss(lp, lp, torch.zeros(3), mask, LossConfig())

@@ -8,6 +8,7 @@ import itertools
 from collections.abc import Sequence
 
 import pytest
+from async_grpo.batching import pack
 from async_grpo.config import EnvConfig
 from async_grpo.env_rollout import score_env_eval
 from async_grpo.environments import TaskSource, check_env_config, mean_by_env, parse_env_weights
@@ -68,6 +69,43 @@ def test_loss_mask_covers_exactly_the_policy_tokens() -> None:
     assert [x.advantage for x in episodes] == pytest.approx([1.0, -1.0], abs=1e-4)
     assert episodes[1].loss_mask is not None
     assert episodes[1].loss_mask.tolist() == [True, False, True]
+
+
+def test_turn_credit_puts_each_turns_advantage_on_its_tokens() -> None:
+    # prompt "ab" | policy [7, 8] (reward 1) | env "c" | policy [9] (reward 0)
+    rec = record([(turn([7, 8], [-0.5, -0.25], 3), 1.0, "c"), (turn([9], [-1.0], 3), 0.0, "")])
+    # prompt "ab" | policy [5] (reward 0) | env "c" | policy [6] (reward 1)
+    other = record([(turn([5], [-2.0], 3), 0.0, "c"), (turn([6], [-0.1], 3), 1.0, "")])
+    episodes, _ = records_to_episodes(
+        [[rec, other]], itertools.count(), encode, scale_by_std=False, turn_discount=0.0
+    )
+    first, second = episodes
+    # Discount 0, unscaled: turn 0 rewards 1, 0 -> +0.5, -0.5; turn 1: 0, 1 -> -0.5, +0.5.
+    # Environment tokens carry 0.0.
+    assert first.token_advantages is not None
+    assert first.token_advantages.tolist() == [0.5, 0.5, 0.0, -0.5]
+    assert second.token_advantages is not None
+    assert second.token_advantages.tolist() == [-0.5, 0.0, 0.5]
+    # Equal returns (1 and 1): the episode-level advantage says nothing, the turns do.
+    assert [e.advantage for e in episodes] == [0.0, 0.0]
+    # Without a discount given, every turn gets the episode's advantage.
+    plain, _ = records_to_episodes([[rec, other]], itertools.count(), encode)
+    assert [e.token_advantages for e in plain] == [None, None]
+
+
+def test_pack_spreads_per_token_advantages() -> None:
+    rec = record([(turn([7, 8], [-0.5, -0.25], 3), 1.0, "c"), (turn([9], [-1.0], 3), 0.0, "")])
+    other = record([(turn([5], [-2.0], 3), 0.0, "c"), (turn([6], [-0.1], 3), 0.5, "")])
+    per_turn, _ = records_to_episodes(
+        [[rec, other]], itertools.count(), encode, scale_by_std=False, turn_discount=0.0
+    )
+    batch = pack(per_turn, pad_id=0)
+    assert batch.advantages.tolist() == [[0.5, 0.5, 0.0, -0.25], [-0.5, 0.0, 0.25, 0.0]]
+    # Episodes without per-token advantages: one per row ([B]); mixed: rows broadcast.
+    plain, _ = records_to_episodes([[rec, other]], itertools.count(), encode, scale_by_std=False)
+    assert pack(plain, pad_id=0).advantages.tolist() == [0.25, -0.25]
+    mixed = pack([plain[0], per_turn[1]], pad_id=0).advantages
+    assert mixed.tolist() == [[0.25, 0.25, 0.25, 0.25], [-0.5, 0.0, 0.25, 0.0]]
 
 
 def test_a_group_with_a_failed_episode_is_dropped_whole() -> None:

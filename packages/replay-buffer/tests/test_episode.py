@@ -129,6 +129,16 @@ BAD_FIELDS = [
     ({"loss_mask": torch.tensor([1, 0])}, TypeError, "loss_mask must have dtype torch.bool"),
     ({"loss_mask": torch.tensor([True])}, ValueError, "one value per response token (2), got 1"),
     ({"loss_mask": torch.tensor([False, False])}, ValueError, "at least one policy token"),
+    ({"token_advantages": [1.0, 0.0]}, TypeError, "Episode.token_advantages must be a torch"),
+    ({"token_advantages": torch.tensor([1, 0])}, TypeError, "must have dtype torch.float32"),
+    ({"token_advantages": torch.tensor([1.0])}, ValueError, "per response token (2), got 1"),
+    ({"token_advantages": torch.tensor([1.0, math.nan])}, ValueError, "must be finite"),
+    ({"token_advantages": torch.tensor([1.0, -math.inf])}, ValueError, "must be finite"),
+    (
+        {"token_advantages": torch.tensor([1.0, 0.0], requires_grad=True)},
+        ValueError,
+        "token_advantages must not require grad",
+    ),
 ]
 
 
@@ -170,3 +180,19 @@ def test_loss_mask_marks_the_policy_tokens_and_survives_pickle() -> None:
     assert back.loss_mask.dtype == torch.bool
     assert back.loss_mask.tolist() == [True, False, False, True]
     assert pickle.loads(pickle.dumps(make_episode())).loss_mask is None
+
+
+def test_token_advantages_survive_pickle() -> None:
+    e = Episode(
+        **fields(
+            response_ids=torch.tensor([4, 5, 6]),
+            behavior_logprobs=torch.tensor([-0.5, 0.0, -1.5]),
+            loss_mask=torch.tensor([True, False, True]),
+            token_advantages=torch.tensor([1.25, 0.0, -0.75]),
+        )
+    )
+    back = pickle.loads(pickle.dumps(e))
+    assert back.token_advantages is not None
+    assert back.token_advantages.dtype == torch.float32
+    assert back.token_advantages.tolist() == [1.25, 0.0, -0.75]
+    assert pickle.loads(pickle.dumps(make_episode())).token_advantages is None

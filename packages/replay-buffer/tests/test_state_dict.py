@@ -181,12 +181,13 @@ def test_a_version_1_state_without_loss_masks_still_loads() -> None:
     kept = [e["loss_mask"] for item in state["items"] for e in item["episodes"]]
     assert kept[0] is not None
     assert kept[1] is None
-    # The same state as version 1 wrote it: no loss_mask key, format_version 1.
+    # The same state as version 1 wrote it: no loss_mask (nor token_advantages) key.
     old = copy.deepcopy(state)
     old["format_version"] = 1
     for item in old["items"]:
         for e in item["episodes"]:
             del e["loss_mask"]
+            del e["token_advantages"]
     restored_old = ReplayBuffer(ReplayBufferConfig(max_policy_age=2, seed=0))
     restored_old.load_state_dict(old)
     assert restored_old.stats().held == 2
@@ -198,3 +199,27 @@ def test_every_episode_field_is_saved() -> None:
     buffer.add(make_episode(reward=1.0))
     (saved,) = buffer.state_dict()["items"][0]["episodes"]
     assert set(saved) == {f.name for f in dataclasses.fields(Episode)}
+
+
+def test_token_advantages_are_restored() -> None:
+    source = ReplayBuffer()
+    plain = make_episode(reward=1.0)
+    n = len(plain.response_ids)
+    source.add(
+        Episode(
+            prompt_ids=plain.prompt_ids,
+            response_ids=plain.response_ids,
+            behavior_logprobs=plain.behavior_logprobs,
+            reward=1.0,
+            advantage=0.5,
+            policy_version=0,
+            token_advantages=torch.arange(n, dtype=torch.float32),
+        )
+    )
+    restored = ReplayBuffer()
+    restored.load_state_dict(source.state_dict())
+    batch = restored.sample(0, 1)
+    assert batch is not None
+    (episode,) = batch.episodes
+    assert episode.token_advantages is not None
+    assert episode.token_advantages.tolist() == list(range(n))

@@ -150,6 +150,7 @@ async def test_tokenized_episode_masks_environment_tokens() -> None:
                                    encode(obs2.text), w3.payload))  # fmt: skip
     assert view.policy_mask == [True] * n1 + [False] * e1 + [True] * n2 + [False] * e2 + [True] * n3
     assert view.behavior_logprobs == [-0.5 if m else 0.0 for m in view.policy_mask]
+    assert view.turns == [0] * n1 + [-1] * e1 + [1] * n2 + [-1] * e2 + [2] * n3
     assert view.reward == pytest.approx(1.0)
     # The policy's generation context is built the same way.
     assert context_ids(record.segments[:3], encode=encode, token_ids=ids_of) == (

@@ -27,7 +27,8 @@ class TrainBatch:
     tokens the policy produced (`Episode.loss_mask`; all real response tokens without one),
     0.0 on environment tokens and padding; `behavior_logprobs` [B, T] the generator's
     log-probs of those tokens (0 on padding); `ref_logprobs` [B, T] the reference model's,
-    or None when KL is off; `advantages` [B].
+    or None when KL is off; `advantages` [B] one per episode, or [B, T] one per response token
+    when an episode of the batch carries `token_advantages` (the others' broadcast).
     """
 
     input_ids: Tensor
@@ -71,6 +72,8 @@ def pack(
     attention = torch.zeros((b, seq_len), dtype=torch.long)
     mask = torch.zeros((b, resp_len))
     behavior = torch.zeros((b, resp_len))
+    per_token = any(e.token_advantages is not None for e in episodes)
+    advantages = torch.zeros((b, resp_len)) if per_token else torch.zeros(b)
     for i, e in enumerate(episodes):
         p, n = len(e.prompt_ids), len(e.response_ids)
         input_ids[i, :p] = e.prompt_ids
@@ -79,6 +82,12 @@ def pack(
         # Environment tokens of a multi-turn response are context, not the policy's actions.
         mask[i, :n] = 1.0 if e.loss_mask is None else e.loss_mask.float()
         behavior[i, :n] = e.behavior_logprobs
+        if not per_token:
+            advantages[i] = e.advantage
+        elif e.token_advantages is None:
+            advantages[i, :n] = e.advantage
+        else:
+            advantages[i, :n] = e.token_advantages
     return TrainBatch(
         input_ids=input_ids,
         attention_mask=attention,
@@ -86,7 +95,7 @@ def pack(
         response_mask=mask,
         behavior_logprobs=behavior,
         ref_logprobs=ref_logprobs,
-        advantages=torch.tensor([e.advantage for e in episodes]),
+        advantages=advantages,
     )
 
 

@@ -86,6 +86,13 @@ class EnvConfig:
     call_timeout_s: float = 120.0
     """A call an environment replica leaves unanswered this long marks it hung: it is
     stopped and restarted (`actor-service`); 0: no timeout."""
+    credit: Literal["episode", "turn"] = "episode"
+    """What a policy turn is credited with: "episode", the group advantage of the episode's
+    return (every turn alike); "turn", its own return's advantage over the other episodes'
+    at the same turn (`grpo.turn_advantages`)."""
+    turn_discount: float = 1.0
+    """With credit "turn": the weight of the next turn's return in a turn's return, in
+    [0, 1]; 0 credits a turn with its own reward only."""
 
 
 @dataclasses.dataclass
@@ -292,6 +299,7 @@ def validate(cfg: RunConfig) -> None:
         ("env.replicas", cfg.env.replicas >= 1, ">= 1"),
         ("env.max_turns", cfg.env.max_turns >= 1, ">= 1"),
         ("env.step_timeout_s", 0 < cfg.env.step_timeout_s < float("inf"), "> 0"),
+        ("env.turn_discount", 0.0 <= cfg.env.turn_discount <= 1.0, "in [0, 1]"),
         ("env.call_timeout_s", 0 <= cfg.env.call_timeout_s < inf, ">= 0 (0: none)"),
         ("generator.call_timeout_s", 0 <= cfg.generator.call_timeout_s < inf, ">= 0 (0: none)"),
         ("reward.call_timeout_s", 0 <= cfg.reward.call_timeout_s < inf, ">= 0 (0: none)"),

@@ -83,7 +83,11 @@ async def generate_env_episodes(
     # (and its prompt index with it: each kept group keeps its task's index as its id).
     kept = [i for i, g in zip(call.indices, groups, strict=True) if all(r.ok for r in g)]
     episodes, dropped = records_to_episodes(
-        groups, iter(kept), encode, scale_by_std=cfg.trainer.scale_by_std
+        groups,
+        iter(kept),
+        encode,
+        scale_by_std=cfg.trainer.scale_by_std,
+        turn_discount=cfg.env.turn_discount if cfg.env.credit == "turn" else None,
     )
     bookkeeping = lambda: metrics.record_records(groups, dropped)  # noqa: E731
     return await put_episodes(

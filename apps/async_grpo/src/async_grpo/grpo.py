@@ -11,6 +11,7 @@ tokens, float32.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Literal
 
 import torch
@@ -42,6 +43,49 @@ def group_advantages(
     # group of seven 0.7s would otherwise get a spurious ~0.06 advantage of one sign.
     uniform = (r == r[:, :1]).all(dim=1, keepdim=True)
     return torch.where(uniform, torch.zeros_like(centred), centred).reshape(-1)
+
+
+def turn_advantages(
+    rewards: Sequence[Sequence[float]],
+    *,
+    discount: float = 1.0,
+    scale_by_std: bool = True,
+    eps: float = 1e-6,
+) -> list[list[float]]:
+    """Advantage of each policy turn of a group of multi-turn episodes of one task.
+
+    `rewards[i][t]` is the reward episode i's turn t earned; episodes may have different
+    numbers of turns (one that ends early has fewer). A turn's return is its reward plus
+    `discount` times the next turn's return: `discount` 1 credits a turn with everything that
+    followed it, 0 with its own reward only (right when turns do not affect each other, as
+    in a quiz). Turn t's advantage is its return minus the mean return at turn t over the
+    episodes that reached turn t, divided by their (population) standard deviation plus
+    `eps` when `scale_by_std`; where those returns are all equal (or only one episode got
+    that far) it is 0. Returns the advantages in the shape of `rewards`.
+    """
+    if not 0.0 <= discount <= 1.0:
+        raise ValueError(f"discount must be in [0, 1], got {discount}")
+    if not rewards:
+        raise ValueError("turn_advantages needs at least one episode")
+    returns: list[list[float]] = []
+    for turns in rewards:
+        after = 0.0
+        backwards = []
+        for r in reversed(turns):
+            after = float(r) + discount * after
+            backwards.append(after)
+        returns.append(backwards[::-1])
+    out = [[0.0] * len(g) for g in returns]
+    for t in range(max(len(g) for g in returns)):
+        rows = [i for i, g in enumerate(returns) if len(g) > t]
+        column = [returns[i][t] for i in rows]
+        # Decided on the returns themselves (see group_advantages).
+        if len(set(column)) == 1:
+            continue
+        values = group_advantages(torch.tensor(column), len(column), scale_by_std, eps)
+        for i, v in zip(rows, values.tolist(), strict=True):
+            out[i][t] = v
+    return out
 
 
 def k3_kl(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
@@ -104,8 +148,9 @@ def grpo_loss(
     """Token-level GRPO loss: the mean over every real response token in the batch.
 
     `logprobs` [B, T] carry gradient (current policy); `behavior_logprobs` [B, T] are what
-    the generator's sampling distribution gave the same tokens; `advantages` [B] is broadcast
-    over each sequence's tokens; `ref_logprobs` [B, T] is needed when `cfg.kl_coef > 0`.
+    the generator's sampling distribution gave the same tokens; `advantages` is [B] (one per
+    sequence, broadcast over its tokens) or [B, T] (one per token); `ref_logprobs` [B, T]
+    is needed when `cfg.kl_coef > 0`.
     Averaging over tokens (not per sequence first) weighs every token equally, so long
     answers are not diluted. `token_count` replaces the divisor `mask.sum()` (a data-parallel
     rank holding part of a batch passes the whole batch's count, so the ranks' losses and
@@ -120,7 +165,14 @@ def grpo_loss(
         raise ValueError(f"token_count must be >= 1, got {token_count}")
     mask = mask.float()
     n_tokens = mask.sum().clamp(min=1.0) if token_count is None else torch.tensor(token_count)
-    adv = advantages.float().unsqueeze(1).expand_as(logprobs)
+    if advantages.dim() == 1:
+        advantages = advantages.unsqueeze(1)
+    if advantages.dim() != 2 or advantages.shape[0] != logprobs.shape[0]:
+        raise ValueError(
+            f"advantages must be [B] or [B, T] for logprobs {list(logprobs.shape)}, "
+            f"got {list(advantages.shape)}"
+        )
+    adv = advantages.float().expand_as(logprobs)
     ratio = torch.exp(logprobs - behavior_logprobs)
     if cfg.importance == "clip":
         clipped = torch.clamp(ratio, 1.0 - cfg.clip_eps, 1.0 + cfg.clip_eps)

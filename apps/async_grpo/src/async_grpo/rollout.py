@@ -12,7 +12,7 @@ import torch
 from replay_buffer import Episode
 from rl_envs import tokenize_episode
 
-from async_grpo.grpo import group_advantages
+from async_grpo.grpo import group_advantages, turn_advantages
 from async_grpo.multiturn import Encode, Record, policy_version, turn_ids, turn_logprobs
 from async_grpo.sampling import Completion
 
@@ -59,6 +59,7 @@ def records_to_episodes(
     encode: Encode,
     *,
     scale_by_std: bool = True,
+    turn_discount: float | None = None,
 ) -> tuple[list[Episode], int]:
     """One `Episode` per multi-turn episode, and how many were dropped.
 
@@ -83,10 +84,24 @@ def records_to_episodes(
     k = 0
     for group in kept:
         group_id = next(group_ids)
-        for record in group:
+        per_turn = (
+            turn_advantages(
+                [r.rewards for r in group], discount=turn_discount, scale_by_std=scale_by_std
+            )
+            if turn_discount is not None
+            else None
+        )
+        for i, record in enumerate(group):
             tok = tokenize_episode(
                 record, encode=encode, token_ids=turn_ids, logprobs=turn_logprobs
             )
+            token_advantages = None
+            if per_turn is not None:
+                # Environment tokens (turn -1) are never trained: 0.0 there.
+                turn_adv = per_turn[i]
+                token_advantages = torch.tensor(
+                    [turn_adv[t] if t >= 0 else 0.0 for t in tok.turns], dtype=torch.float32
+                )
             episodes.append(
                 Episode(
                     prompt_ids=torch.tensor(tok.prompt_ids, dtype=torch.long),
@@ -97,6 +112,7 @@ def records_to_episodes(
                     policy_version=policy_version(record),
                     group_id=group_id,
                     loss_mask=torch.tensor(tok.policy_mask, dtype=torch.bool),
+                    token_advantages=token_advantages,
                 )
             )
             k += 1

@@ -17,9 +17,10 @@ from replay_buffer.config import ReplayBufferConfig
 from replay_buffer.episode import Episode
 from replay_buffer.stats import Counters
 
-FORMAT_VERSION = 2
-# Version 1 had no `loss_mask` per episode; its episodes decode with the default (None).
-_READABLE_VERSIONS = (1, 2)
+FORMAT_VERSION = 3
+# Version 1 had no `loss_mask` per episode, version 2 no `token_advantages`; their episodes
+# decode with the default (None).
+_READABLE_VERSIONS = (1, 2, 3)
 _TOP_LEVEL = {
     "format_version",
     "config",

@@ -46,6 +46,12 @@ class Episode:
             the policy's turns: those tokens are context for the next turn but not the
             policy's actions, so they are False here, are never trained on, and their
             `behavior_logprobs` entries are ignored (0.0 by convention).
+        token_advantages: a separate advantage for each response token, shape `(R,)`,
+            dtype `torch.float32`, every value finite; None (the default) means `advantage`
+            for every token. A multi-turn episode uses it to credit each turn with its own
+            outcome instead of the whole episode's; entries outside `loss_mask` are never
+            read (0.0 by convention). `advantage` still summarises the episode (for
+            prioritized sampling and reports).
     """
 
     prompt_ids: torch.Tensor
@@ -57,6 +63,7 @@ class Episode:
     group_id: GroupId | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     loss_mask: torch.Tensor | None = None
+    token_advantages: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         _check_token_ids("prompt_ids", self.prompt_ids)
@@ -64,6 +71,8 @@ class Episode:
         _check_logprobs(self.behavior_logprobs, len(self.response_ids))
         if self.loss_mask is not None:
             _check_loss_mask(self.loss_mask, len(self.response_ids))
+        if self.token_advantages is not None:
+            _check_token_advantages(self.token_advantages, len(self.response_ids))
         # Normalise ints (and float subclasses such as numpy.float64) to plain floats.
         object.__setattr__(self, "reward", _finite_float("reward", self.reward))
         object.__setattr__(self, "advantage", _finite_float("advantage", self.advantage))
@@ -102,6 +111,9 @@ class Episode:
             "group_id": self.group_id,
             "metadata": self.metadata,
             "loss_mask": None if self.loss_mask is None else _tensor_bytes(self.loss_mask),
+            "token_advantages": (
+                None if self.token_advantages is None else _tensor_bytes(self.token_advantages)
+            ),
         }
         return (_rebuild, (tuple(_tensor_bytes(t) for t in tensors), rest))
 
@@ -123,11 +135,13 @@ def _from_bytes(data: bytes | torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 def _rebuild(tensors: tuple[bytes | torch.Tensor, ...], rest: dict[str, Any]) -> Episode:
     prompt_ids, response_ids, behavior_logprobs = tensors
     mask = rest.pop("loss_mask", None)
+    advantages = rest.pop("token_advantages", None)
     return Episode(
         prompt_ids=_from_bytes(prompt_ids, torch.long),
         response_ids=_from_bytes(response_ids, torch.long),
         behavior_logprobs=_from_bytes(behavior_logprobs, torch.float32),
         loss_mask=None if mask is None else _from_bytes(mask, torch.bool),
+        token_advantages=None if advantages is None else _from_bytes(advantages, torch.float32),
         **rest,
     )
 
@@ -184,6 +198,19 @@ def _check_loss_mask(value: object, response_len: int) -> None:
         )
     if not bool(mask.any()):
         raise ValueError("Episode.loss_mask must mark at least one policy token, got none")
+
+
+def _check_token_advantages(value: object, response_len: int) -> None:
+    advantages = _check_1d("token_advantages", value, torch.float32)
+    if advantages.shape[0] != response_len:
+        raise ValueError(
+            f"Episode.token_advantages must have one value per response token "
+            f"({response_len}), got {advantages.shape[0]}"
+        )
+    if advantages.requires_grad:
+        raise ValueError("Episode.token_advantages must not require grad; pass .detach()")
+    if not bool(torch.isfinite(advantages).all()):
+        raise ValueError("Episode.token_advantages must be finite, got NaN or inf")
 
 
 def _finite_float(name: str, value: object) -> float:

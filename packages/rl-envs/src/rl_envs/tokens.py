@@ -37,6 +37,9 @@ class TokenizedEpisode:
         behavior_logprobs: [R] natural-log probabilities of the policy tokens under the
             policy that sampled them; 0.0 at environment tokens (never read there).
         reward: the episode's return (`EpisodeRecord.reward`).
+        turns: [R] the policy turn (0-based, the index into `EpisodeRecord.rewards`) each
+            token belongs to; -1 at environment tokens. It spreads per-turn credit over
+            the turn's tokens.
     """
 
     prompt_ids: list[int]
@@ -44,6 +47,7 @@ class TokenizedEpisode:
     policy_mask: list[bool]
     behavior_logprobs: list[float]
     reward: float
+    turns: list[int]
 
 
 def context_ids(
@@ -81,6 +85,7 @@ def tokenize_episode(
     response: list[int] = []
     mask: list[bool] = []
     behavior: list[float] = []
+    turns: list[int] = []
     turn = 0
     for segment in segments[1:]:
         ids = _segment_ids(segment, encode, token_ids)
@@ -97,11 +102,13 @@ def tokenize_episode(
                 raise ValueError(f"policy turn {turn}: log-probs must be finite and <= 0")
             behavior.extend(lps)
             mask.extend([True] * len(ids))
+            turns.extend([turn - 1] * len(ids))
         else:
             behavior.extend([0.0] * len(ids))
             mask.extend([False] * len(ids))
+            turns.extend([-1] * len(ids))
         response.extend(ids)
-    return TokenizedEpisode(prompt, response, mask, behavior, record.reward)
+    return TokenizedEpisode(prompt, response, mask, behavior, record.reward, turns)
 
 
 def _segment_ids(
