@@ -7,6 +7,10 @@ for `--steps` train steps per seed; the evaluation on held-out tasks runs every
 
     uv run python apps/async_grpo/benchmarks/task_comparison.py               # 3 seeds, 300 steps
     uv run python apps/async_grpo/benchmarks/task_comparison.py --seeds 1 --steps 40 --json out.json
+    uv run python apps/async_grpo/benchmarks/task_comparison.py --tasks pattern \
+        --set env.credit=episode
+
+`--set KEY=VALUE` (repeatable) overrides a config field of every run, after the preset.
 
 `--json PATH` writes rows {"task", "seed", "eval_start", "eval_end", "eval_reached_09_step",
 "reward_end", "episodes_per_s", "wall_s"}.
@@ -55,8 +59,11 @@ class Row:
         )  # fmt: skip
 
 
-def bench(task: str, seed: int, steps: int, eval_every: int, out: Path) -> Summary:
+def bench(
+    task: str, seed: int, steps: int, eval_every: int, out: Path, *, extra: dict[str, str]
+) -> Summary:
     overrides = {
+        **extra,
         "steps": str(steps),
         "seed": str(seed),
         "model.init_seed": str(seed),
@@ -76,7 +83,12 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=20)
     parser.add_argument("--tasks", default=",".join(TASKS), help="comma-separated subset")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
+    bad = [item for item in args.set if "=" not in item]
+    if bad:
+        parser.error(f"--set takes KEY=VALUE, got {bad[0]!r}")
+    extra = dict(item.split("=", 1) for item in args.set)
     for flag in ("steps", "seeds", "eval_every"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} must be >= 1")
@@ -87,6 +99,7 @@ def main() -> None:
     print(
         f"tiny model, {args.steps} train steps, {args.seeds} seed(s) per task, "
         f"eval every {args.eval_every} steps, {os.cpu_count()} CPUs"
+        + "".join(f", {k}={v}" for k, v in extra.items())
     )
     header = f"{'task':8} {'seed':>4} {'eval start':>10} {'eval end':>9} {'eval>=0.9 at':>13} "
     print(header + f"{'episodes/s':>11} {'wall s':>7}")
@@ -94,7 +107,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for task in tasks:
             for seed in range(args.seeds):
-                row = Row.of(task, seed, bench(task, seed, args.steps, args.eval_every, Path(tmp)))
+                summary = bench(task, seed, args.steps, args.eval_every, Path(tmp), extra=extra)
+                row = Row.of(task, seed, summary)
                 reached = "-" if row.eval_reached_09_step is None else row.eval_reached_09_step
                 print(
                     f"{task:8} {seed:4d} {row.eval_start:10.3f} {row.eval_end:9.3f} "

@@ -73,6 +73,8 @@ def test_bad_override_names_the_key_and_applies_nothing(key: str, value: str, me
         ({"trainer.batch_size": "100"}, "multiple of sampling.group_size"),
         ({"sampling.top_p": "0"}, "top_p"),
         ({"sampling.top_p": "2"}, "sampling.top_p must be in (0, 1], got 2.0"),
+        ({"env.turn_discount": "1.5"}, "env.turn_discount must be in [0, 1], got 1.5"),
+        ({"env.credit": "token"}, "env.credit: 'token' is not one of ['episode', 'turn']"),
         ({"steps": "0"}, "steps must be >= 1, got 0"),
         ({"log_every": "0"}, "log_every must be >= 1"),
         ({"trainer.procs": "0"}, "trainer.procs must be >= 1, got 0"),

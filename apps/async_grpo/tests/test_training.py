@@ -87,23 +87,33 @@ def test_score_eval_weighs_every_prompt_the_same() -> None:
 
 
 def test_batch_diagnostics() -> None:
-    def episode(reward: float, logprobs: list[float]) -> Episode:
+    def episode(
+        reward: float, advantage: float, logprobs: list[float], per_token: list[float] | None = None
+    ) -> Episode:
         return Episode(
             prompt_ids=torch.tensor([1]),
             response_ids=torch.tensor([2] * len(logprobs)),
             behavior_logprobs=torch.tensor(logprobs),
             reward=reward,
-            advantage=0.0,
+            advantage=advantage,
             policy_version=0,
             group_id=0,
+            token_advantages=None if per_token is None else torch.tensor(per_token),
         )
 
     batch = [
-        episode(1.0, [-1.0]),
-        episode(1.0, [-1.0, -1.0]),
-        episode(0.0, [0.0]),
-        episode(1.0, [0.0]),
+        episode(1.0, 0.0, [-1.0]),
+        episode(1.0, 0.0, [-1.0, -1.0]),
+        episode(0.0, -1.0, [0.0]),
+        episode(1.0, 1.0, [0.0]),
     ]
     uniform, logprob = batch_diagnostics(batch, group_size=2)
     assert uniform == 0.5  # the first group's rewards are equal, the second's are not
     assert logprob == pytest.approx(-3.0 / 5)
+    # Per-turn credit: equal returns, but the turns differ, so the group still teaches.
+    turns = [
+        episode(1.0, 0.0, [-1.0, -1.0], [1.0, -1.0]),
+        episode(1.0, 0.0, [-1.0, -1.0], [-1.0, 1.0]),
+    ]
+    flat = [episode(1.0, 0.0, [-1.0], [0.0]), episode(1.0, 0.0, [-1.0], [0.0])]
+    assert batch_diagnostics(turns + flat, group_size=2)[0] == 0.5

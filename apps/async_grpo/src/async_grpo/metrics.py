@@ -44,14 +44,15 @@ class StepRow:
     Rates are per second of wall time since the first train step ended (start-up and the
     first fill of the buffer are excluded); `trainer_idle_frac` is the share of that time
     the trainer was not computing a step. Diagnostics of the trained batch:
-    `uniform_groups` is the fraction of its groups whose rewards were all equal (zero
-    advantage: they teach nothing), `behavior_logprob` the mean log-prob per token the
-    generators gave their own samples and `entropy` the trainer's policy entropy (nats per
-    token) at those positions (both near 0: the policy has become deterministic and
-    stopped exploring). `eval_reward` / `eval_version`: the latest finished evaluation
-    (None before the first). `episodes_dropped`: multi-turn episodes never trained on
-    because an episode of their group failed (an environment replica died, its code raised,
-    or it timed out), those included. `checkpoint_s`: seconds this step's training was
+    `uniform_groups` is the fraction of its groups in which every token's advantage is zero
+    (they teach nothing; with episode credit, the groups whose rewards were all equal),
+    `behavior_logprob` the mean log-prob per token the generators gave their own samples
+    and `entropy` the trainer's policy entropy (nats per token) at those positions (both
+    near 0: the policy has become deterministic and stopped exploring). `eval_reward` /
+    `eval_version`: the latest finished evaluation (None before the first).
+    `episodes_dropped`: multi-turn episodes never trained on because an episode of their
+    group failed (an environment replica died, its code raised, or it timed out), those
+    included. `checkpoint_s`: seconds this step's training was
     held to take a checkpoint (0 without one).
 
     Failures since the run began (a resumed run included; `Faults`): `replica_deaths` /
@@ -123,12 +124,18 @@ class Shown:
     policy_version: int
 
 
+def _teaches_nothing(e: Episode) -> bool:
+    if e.token_advantages is None:
+        return e.advantage == 0.0
+    return not bool(e.token_advantages.any())
+
+
 def batch_diagnostics(episodes: Sequence[Episode], group_size: int) -> tuple[float, float]:
-    """(fraction of groups whose rewards are all equal, mean behaviour log-prob per policy
-    token) of a trained batch of whole groups, consecutive episodes sharing a group.
+    """(fraction of groups in which every advantage is zero, mean behaviour log-prob per
+    policy token) of a trained batch of whole groups, consecutive episodes sharing a group.
     Environment tokens of a multi-turn episode (outside its `loss_mask`) are not counted."""
     groups = [episodes[i : i + group_size] for i in range(0, len(episodes), group_size)]
-    uniform = sum(len({e.reward for e in g}) == 1 for g in groups) / max(1, len(groups))
+    uniform = sum(all(_teaches_nothing(e) for e in g) for g in groups) / max(1, len(groups))
     tokens = sum(e.num_policy_tokens for e in episodes)
     logprob = sum(_policy_logprob_sum(e) for e in episodes) / max(1, tokens)
     return uniform, logprob

@@ -77,7 +77,9 @@ def pattern() -> RunConfig:
     """The tiny model plays "follow the pattern" (`rl_envs.FollowThePattern`, level 0): two
     rules "when I say X, you say Y", then three cues, one answer a turn."""
     cfg = tiny()
-    cfg.env = EnvConfig(tasks="pattern")
+    # Each cue is answered on its own, and an answer does not change the next cue: a turn
+    # is credited with its own reward only (measured in docs/07_environments.md).
+    cfg.env = EnvConfig(tasks="pattern", credit="turn", turn_discount=0.0)
     # A turn is one token: one word of the word-level vocabulary (a random model almost
     # never ends a longer turn right after the word, and then no answer is ever right).
     cfg.sampling.max_new_tokens = 1
@@ -88,7 +90,7 @@ def repeat() -> RunConfig:
     """The tiny model plays "repeat after me" (`rl_envs.RepeatAfterMe`, level 0): two words,
     one a turn."""
     cfg = pattern()
-    cfg.env = EnvConfig(tasks="repeat")
+    cfg.env = EnvConfig(tasks="repeat", credit="turn", turn_discount=0.0)
     return cfg
 
 

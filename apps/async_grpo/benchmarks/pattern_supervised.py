@@ -1,0 +1,99 @@
+"""Can the tiny model follow the pattern at all? Supervised training on the right answers.
+
+The `pattern` preset's RL runs stall near 0.57 (docs/07_environments.md). This separates the
+model from the learning signal: the same tiny model (`presets.TINY_ARCH`, the app's
+word-level tokenizer built from `FollowThePattern.corpus()`) is trained with cross-entropy
+on the right answer of every cue, the conversation laid out token for token as the app
+lays it out (the first observation, then one answer token and the next cue per turn). It is
+scored as the app scores it: `rl_envs.run_episode` plays the real environment on its
+held-out tasks, answers sampled at temperature 1, mean return.
+
+    uv run python apps/async_grpo/benchmarks/pattern_supervised.py            # 400 steps
+    uv run python apps/async_grpo/benchmarks/pattern_supervised.py --tasks 8  # less variety
+
+`--tasks` distinct tasks per step (default 128, one sequence each), AdamW at `--lr`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import time
+from collections.abc import Sequence
+
+import torch
+from async_grpo.env_rollout import make_encode
+from async_grpo.model import qwen2_config
+from async_grpo.presets import TINY_ARCH
+from async_grpo.tokenizer import build_tokenizer
+from rl_envs import FollowThePattern, PolicyTurn, Segment, Task, context_ids, run_episode
+from transformers import Qwen2ForCausalLM
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--tasks", type=int, default=128)
+    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--eval-every", type=int, default=50)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    for flag in ("steps", "tasks", "eval_every"):
+        if getattr(args, flag) < 1:
+            parser.error(f"--{flag.replace('_', '-')} must be >= 1")
+    if not args.lr > 0:
+        parser.error("--lr must be > 0")
+    torch.manual_seed(args.seed)
+    tok = build_tokenizer(FollowThePattern.corpus())
+    model = Qwen2ForCausalLM(qwen2_config(TINY_ARCH, tok))
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.99))
+
+    encode = make_encode(tok)
+
+    def sequence(task: Task) -> tuple[list[int], list[int]]:
+        """The conversation with every answer right, and the positions of the answers."""
+        rules, cues = FollowThePattern.content(task)
+        answer = dict(rules)
+        ids = encode(f"{FollowThePattern.statement(rules)}\n{cues[0]}")
+        where = []
+        for k, cue in enumerate(cues):
+            where.append(len(ids))
+            ids += encode(answer[cue]) + (encode(cues[k + 1]) if k + 1 < len(cues) else [])
+        return ids, where
+
+    async def policy(conversation: Sequence[Segment[list[int]]]) -> PolicyTurn[list[int]]:
+        ids = context_ids(conversation, encode=encode, token_ids=lambda p: p)
+        with torch.no_grad():
+            logits = model(torch.tensor([ids])).logits[0, -1].float()
+        token = int(torch.multinomial(torch.softmax(logits, -1), 1))
+        return PolicyTurn(str(tok.decode([token])), [token])
+
+    async def evaluate() -> float:
+        env = FollowThePattern()
+        records = [await run_episode(policy, env, t) for t in FollowThePattern.eval_tasks(0)]
+        return sum(r.reward for r in records) / len(records)
+
+    seeds = itertools.count(args.seed * 1_000_000)
+    print(f"supervised, {args.tasks} tasks per step, lr {args.lr}, eval on 64 held-out tasks")
+    start = time.perf_counter()
+    for step in range(args.steps + 1):
+        if step % args.eval_every == 0 or step == args.steps:
+            score = asyncio.run(evaluate())
+            print(f"step {step:5d}  eval {score:.3f}  {time.perf_counter() - start:5.0f}s")
+        if step == args.steps:
+            break
+        batch = [sequence(Task("pattern", next(seeds), "train", 0)) for _ in range(args.tasks)]
+        ids = torch.tensor([s for s, _ in batch])  # level 0: every sequence has one length
+        where = torch.tensor([w for _, w in batch])
+        logits = model(ids).logits.float()
+        pred = logits.gather(1, (where - 1).unsqueeze(-1).expand(-1, -1, logits.shape[-1]))
+        loss = torch.nn.functional.cross_entropy(pred.flatten(0, 1), ids.gather(1, where).flatten())
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+
+
+if __name__ == "__main__":
+    main()
