@@ -90,7 +90,7 @@ def main() -> None:
         pred = logits.gather(1, (where - 1).unsqueeze(-1).expand(-1, -1, logits.shape[-1]))
         loss = torch.nn.functional.cross_entropy(pred.flatten(0, 1), ids.gather(1, where).flatten())
         opt.zero_grad()
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
 
