@@ -94,11 +94,12 @@ async def main(tmp: Path) -> None:
         print("  prompt   ", " ".join(tokenizer.convert_ids_to_tokens(e.prompt_ids.tolist())))
         print("  response ", " ".join(f"{w:>7}" for w in words))
         print("  loss     ", " ".join(f"{'^' if m else '':>7}" for m in e.loss_mask.tolist()))
-        policy = [w for w, m in zip(words, e.loss_mask.tolist(), strict=True) if m]
-        expect(
-            policy == [s.text for s in record.segments if s.source == "policy"],
-            "the loss covers exactly the model's words",
-        )
+        # Compared as token ids: a turn that sampled the end token has the text "".
+        mask = e.loss_mask.tolist()
+        in_loss = [t for t, m in zip(e.response_ids.tolist(), mask, strict=True) if m]
+        turns = [s.payload for s in record.segments if s.payload is not None]
+        sampled = [t for turn in turns for t in turn.response_ids]
+        expect(in_loss == sampled, "the loss covers exactly the model's tokens")
         expect(dropped == 0 and len(episodes) == 8, "every episode became a training episode")
 
         print("== a replica SIGKILLed while its episodes wait for their next turn")
