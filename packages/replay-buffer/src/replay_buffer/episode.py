@@ -170,45 +170,41 @@ def _check_token_ids(name: str, ids: object) -> None:
         raise ValueError(f"Episode.{name} must hold at least one token, got 0")
 
 
-def _check_logprobs(value: object, response_len: int) -> None:
-    name = "Episode.behavior_logprobs"
-    logprobs = _check_1d("behavior_logprobs", value, torch.float32)
-    if logprobs.shape[0] != response_len:
+def _check_per_token(
+    name: str, value: object, dtype: torch.dtype, response_len: int
+) -> torch.Tensor:
+    """A 1-D tensor of `dtype` with one value per response token, not requiring grad."""
+    tensor = _check_1d(name, value, dtype)
+    if tensor.shape[0] != response_len:
         raise ValueError(
-            f"{name} must have one value per response token ({response_len}), "
-            f"got {logprobs.shape[0]}"
+            f"Episode.{name} must have one value per response token ({response_len}), "
+            f"got {tensor.shape[0]}"
         )
-    if logprobs.requires_grad:
-        raise ValueError(f"{name} must not require grad; pass logprobs.detach()")
+    if tensor.requires_grad:
+        raise ValueError(f"Episode.{name} must not require grad; pass {name}.detach()")
+    return tensor
+
+
+def _check_logprobs(value: object, response_len: int) -> None:
+    logprobs = _check_per_token("behavior_logprobs", value, torch.float32, response_len)
     # One reduction finds NaN (it propagates), +inf and positive values through `hi`, -inf
     # through `lo`: a log-probability is finite and <= 0.
     lo, hi = (float(v) for v in torch.aminmax(logprobs))
     if not (lo > -math.inf and hi <= 0.0):
         raise ValueError(
-            f"{name} must be finite natural-log probabilities (<= 0), got min={lo}, max={hi}"
+            "Episode.behavior_logprobs must be finite natural-log probabilities (<= 0), "
+            f"got min={lo}, max={hi}"
         )
 
 
 def _check_loss_mask(value: object, response_len: int) -> None:
-    mask = _check_1d("loss_mask", value, torch.bool)
-    if mask.shape[0] != response_len:
-        raise ValueError(
-            f"Episode.loss_mask must have one value per response token ({response_len}), "
-            f"got {mask.shape[0]}"
-        )
+    mask = _check_per_token("loss_mask", value, torch.bool, response_len)
     if not bool(mask.any()):
         raise ValueError("Episode.loss_mask must mark at least one policy token, got none")
 
 
 def _check_token_advantages(value: object, response_len: int) -> None:
-    advantages = _check_1d("token_advantages", value, torch.float32)
-    if advantages.shape[0] != response_len:
-        raise ValueError(
-            f"Episode.token_advantages must have one value per response token "
-            f"({response_len}), got {advantages.shape[0]}"
-        )
-    if advantages.requires_grad:
-        raise ValueError("Episode.token_advantages must not require grad; pass .detach()")
+    advantages = _check_per_token("token_advantages", value, torch.float32, response_len)
     if not bool(torch.isfinite(advantages).all()):
         raise ValueError("Episode.token_advantages must be finite, got NaN or inf")
 
