@@ -210,3 +210,5 @@ def test_per_token_advantages_hand_computed() -> None:
     assert a.item() == pytest.approx(b.item())
     with pytest.raises(ValueError, match=r"advantages must be \[B\] or \[B, T\]"):
         grpo_loss(lp, lp, torch.zeros(3), mask, LossConfig())
+    with pytest.raises(ValueError, match=r"for logprobs \[2, 2\], got \[2, 3\]"):
+        grpo_loss(lp, lp, torch.zeros(2, 3), mask, LossConfig())

@@ -78,11 +78,8 @@ def turn_advantages(
     out = [[0.0] * len(g) for g in returns]
     for t in range(max(len(g) for g in returns)):
         rows = [i for i, g in enumerate(returns) if len(g) > t]
-        column = [returns[i][t] for i in rows]
-        # Decided on the returns themselves (see group_advantages).
-        if len(set(column)) == 1:
-            continue
-        values = group_advantages(torch.tensor(column), len(column), scale_by_std, eps)
+        column = torch.tensor([returns[i][t] for i in rows])
+        values = group_advantages(column, len(rows), scale_by_std, eps)  # equal: zeros
         for i, v in zip(rows, values.tolist(), strict=True):
             out[i][t] = v
     return out
@@ -167,7 +164,11 @@ def grpo_loss(
     n_tokens = mask.sum().clamp(min=1.0) if token_count is None else torch.tensor(token_count)
     if advantages.dim() == 1:
         advantages = advantages.unsqueeze(1)
-    if advantages.dim() != 2 or advantages.shape[0] != logprobs.shape[0]:
+    if (
+        advantages.dim() != 2
+        or advantages.shape[0] != logprobs.shape[0]
+        or (advantages.shape[1] not in (1, logprobs.shape[1]))
+    ):
         raise ValueError(
             f"advantages must be [B] or [B, T] for logprobs {list(logprobs.shape)}, "
             f"got {list(advantages.shape)}"
