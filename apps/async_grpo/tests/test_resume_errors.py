@@ -4,6 +4,7 @@ Monarch; a good one gets as far as spawning (the positive control)."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 from pathlib import Path
 
@@ -11,7 +12,9 @@ import async_grpo.controller
 import pytest
 from async_grpo import run_checkpoint
 from async_grpo.arguments import apply_overrides
-from async_grpo.cli import main
+from async_grpo.cli import main, run
+from async_grpo.config import ConfigError
+from async_grpo.prepare import prepare
 from async_grpo.presets import tiny
 from made_checkpoints import make_checkpoint, tree
 
@@ -146,3 +149,16 @@ def test_a_new_run_replaces_a_finished_one(
     assert SPAWN_REFUSED in captured.err
     assert "the finished run's checkpoints removed (1)" in captured.out
     assert not run_checkpoint.complete(out)
+
+
+def test_a_run_started_from_code_over_an_unfinished_one_is_refused(
+    run_dir: Path, tiny_checkpoint: Path
+) -> None:
+    # `cli.run` is what tests and benchmarks call: it must not delete what `--resume` would
+    # continue either.
+    cfg = apply_overrides(tiny(), {"model.path": str(tiny_checkpoint), "out_dir": str(run_dir)})
+    prep = prepare(cfg)
+    before = tree(run_dir)
+    with pytest.raises(ConfigError, match="holds the checkpoints of a run that did not finish"):
+        asyncio.run(run(cfg, prep, quiet=True))
+    assert tree(run_dir) == before

@@ -64,6 +64,7 @@ from async_grpo.resume import (
     resume_hint,
     saved_config,
     split_resume,
+    start_fresh,
 )
 from async_grpo.training import NonFiniteError
 
@@ -220,9 +221,16 @@ async def run(
     """Trains with `cfg` (from `resume` when given) and returns the summary (also what the
     tests and benchmarks call). Writes `<out_dir>/config.json`, and with `cfg.trace` every
     process's spans into `<out_dir>/trace.json` (also when the run fails or is
-    interrupted). The first Ctrl-C or SIGTERM ends the run after its current step, with a
-    checkpoint; a second Ctrl-C stops at once."""
+    interrupted). Without `resume`, `resume.start_fresh` clears `out_dir` first: the
+    checkpoints of a finished run there are deleted, those of a run that did not finish are
+    refused (`ConfigError`, nothing written). The first Ctrl-C or SIGTERM ends the run after
+    its current step, with a checkpoint; a second Ctrl-C stops at once."""
     out_dir = Path(cfg.out_dir)
+    # Before anything is written there: a run that did not finish is refused, a finished
+    # one's checkpoints go.
+    if resume is None and (replaced := start_fresh(out_dir)):
+        n = len(replaced)
+        tqdm.write(f"[a new run in {out_dir}: the finished run's checkpoints removed ({n})]")
     sink = MetricsSink(out_dir)
     (out_dir / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), default=str))
     metrics = RunMetrics(cfg.window)

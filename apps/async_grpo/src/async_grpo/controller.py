@@ -55,14 +55,6 @@ async def run_job(
     process started is stopped on return, error or Ctrl-C."""
     out_dir = Path(cfg.out_dir)
     run_checkpoint.remove_partials(out_dir)  # what a crash mid-write left behind
-    if resume is None:
-        # A new run replaces the directory's earlier run, its checkpoints too (`cli.main`
-        # refuses first when that run did not finish): pruning and `--resume` must only
-        # ever see this run's.
-        replaced = run_checkpoint.prune(out_dir, keep=0)
-        if replaced:
-            n = len(replaced)
-            log(f"[a new run in {out_dir}: the finished run's checkpoints removed ({n})]")
     sync_groups = cfg.trainer.batch_size // cfg.sampling.group_size
     ledger = PromptLedger(
         cfg.seed, cfg.generator.prompts_per_call, sync_groups if cfg.mode == "sync" else None

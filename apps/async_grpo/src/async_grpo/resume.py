@@ -175,6 +175,14 @@ def check_fresh_start(out_dir: Path) -> None:
     )
 
 
+def start_fresh(out_dir: Path) -> list[Path]:
+    """Clears `out_dir` for a new run: refuses (`check_fresh_start`) when it holds a run
+    that did not finish, else deletes the finished run's checkpoints; returns those
+    deleted. Pruning and `--resume` then only ever see the new run's checkpoints."""
+    check_fresh_start(out_dir)
+    return run_checkpoint.prune(out_dir, keep=0)
+
+
 def read_cut(path: Path, buffer_config: ReplayBufferConfig) -> Cut:
     """Checkpoint `path` read back and checked whole (every file's size and hash, the
     controller's state, the buffer's state against the run's buffer config)."""
