@@ -28,6 +28,7 @@ from pathlib import Path
 
 from async_grpo.arguments import apply_overrides
 from async_grpo.cli import Summary, run
+from async_grpo.config import ConfigError
 from async_grpo.prepare import prepare
 from async_grpo.presets import PRESETS
 
@@ -96,6 +97,11 @@ def main() -> None:
     unknown = sorted(set(tasks) - set(TASKS))
     if unknown:
         parser.error(f"unknown task(s) {unknown}; known: {sorted(TASKS)}")
+    for task in tasks:  # a bad --set is refused before the first run, not after it
+        try:
+            apply_overrides(PRESETS[TASKS[task]](), extra)
+        except ConfigError as e:
+            parser.error(f"--set: {e}")
     print(
         f"tiny model, {args.steps} train steps, {args.seeds} seed(s) per task, "
         f"eval every {args.eval_every} steps, {os.cpu_count()} CPUs"
