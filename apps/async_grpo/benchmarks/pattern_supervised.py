@@ -3,8 +3,8 @@
 The `pattern` preset's RL runs stall near 0.57 (docs/07_environments.md). This separates the
 model from the learning signal: the same tiny model (`presets.TINY_ARCH`, the app's
 word-level tokenizer built from `FollowThePattern.corpus()`) is trained with cross-entropy
-on the right answer of every cue, the conversation laid out token for token as the app
-lays it out (the first observation, then one answer token and the next cue per turn). It is
+on the right answer of every cue, in episodes played right against the environment and
+laid out by `rl_envs.tokenize_episode`, as the app's trainer gets them. It is
 scored as the app scores it: `rl_envs.run_episode` plays the real environment on its
 held-out tasks, answers sampled at temperature 1, mean return.
 
@@ -27,7 +27,15 @@ from async_grpo.env_rollout import make_encode
 from async_grpo.model import qwen2_config
 from async_grpo.presets import TINY_ARCH
 from async_grpo.tokenizer import build_tokenizer
-from rl_envs import FollowThePattern, PolicyTurn, Segment, Task, context_ids, run_episode
+from rl_envs import (
+    FollowThePattern,
+    PolicyTurn,
+    Segment,
+    Task,
+    context_ids,
+    run_episode,
+    tokenize_episode,
+)
 from transformers import Qwen2ForCausalLM
 
 
@@ -51,16 +59,26 @@ def main() -> None:
 
     encode = make_encode(tok)
 
-    def sequence(task: Task) -> tuple[list[int], list[int]]:
-        """The conversation with every answer right, and the positions of the answers."""
-        rules, cues = FollowThePattern.content(task)
-        answer = dict(rules)
-        ids = encode(f"{FollowThePattern.statement(rules)}\n{cues[0]}")
-        where = []
-        for k, cue in enumerate(cues):
-            where.append(len(ids))
-            ids += encode(answer[cue]) + (encode(cues[k + 1]) if k + 1 < len(cues) else [])
-        return ids, where
+    async def sequence(task: Task) -> tuple[list[int], list[int]]:
+        """The episode played right (the environment's own text, every answer the rule's
+        word), as the app's trainer sees it (`rl_envs.tokenize_episode`); and the positions
+        of the answers."""
+        answer = dict(FollowThePattern.content(task)[0])
+
+        async def oracle(conversation: Sequence[Segment[list[int]]]) -> PolicyTurn[list[int]]:
+            word = answer[conversation[-1].text.split()[-1]]  # the cue ends the observation
+            return PolicyTurn(word, encode(word))
+
+        record = await run_episode(oracle, FollowThePattern(), task)
+        view = tokenize_episode(
+            record, encode=encode, token_ids=lambda p: p, logprobs=lambda p: [0.0] * len(p)
+        )
+        start = len(view.prompt_ids)
+        where = [start + i for i, policy in enumerate(view.policy_mask) if policy]
+        return view.prompt_ids + view.response_ids, where
+
+    async def batch_of(n: int) -> list[tuple[list[int], list[int]]]:
+        return [await sequence(Task("pattern", next(seeds), "train", 0)) for _ in range(n)]
 
     async def policy(conversation: Sequence[Segment[list[int]]]) -> PolicyTurn[list[int]]:
         ids = context_ids(conversation, encode=encode, token_ids=lambda p: p)
@@ -83,7 +101,7 @@ def main() -> None:
             print(f"step {step:5d}  eval {score:.3f}  {time.perf_counter() - start:5.0f}s")
         if step == args.steps:
             break
-        batch = [sequence(Task("pattern", next(seeds), "train", 0)) for _ in range(args.tasks)]
+        batch = asyncio.run(batch_of(args.tasks))
         ids = torch.tensor([s for s, _ in batch])  # level 0: every sequence has one length
         where = torch.tensor([w for _, w in batch])
         logits = model(ids).logits.float()
