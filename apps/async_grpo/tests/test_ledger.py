@@ -100,6 +100,26 @@ def test_taken_but_untrained_groups_are_drawn_again() -> None:
     assert claim(ledger) == b
 
 
+def test_a_group_taken_before_its_put_answered_is_trained_once() -> None:
+    """The buffer answers a put and a sample separately, so the trainer can take a group
+    before the rollout books the put's answer (seen as a prompt trained twice after a
+    resume: the late put held the trained group again, and the next cut redrew it)."""
+    ledger = PromptLedger(seed=0, prompts_per_call=2, batch_groups=None)
+    a, b = claim(ledger), claim(ledger)
+    ledger.put(b, b.indices, version=0, incarnation="b")
+    ledger.take([0, 1, 2, 3])  # a's groups too, its put not yet booked
+    # A cut now: all four are taken and untrained, so each is drawn again once.
+    state = ledger.state({})
+    assert [c.indices for c in state.redo] == [a.indices, b.indices]
+    assert state.held == ()
+    ledger.trained([0, 1, 2, 3])
+    ledger.put(a, a.indices, version=0, incarnation="b")  # the late answer
+    state = ledger.state({})
+    assert (state.redo, state.held) == ((), ())
+    assert ledger.lose_buffer() == 0  # nothing held: nothing to draw again
+    assert claim(ledger).indices == (4, 5)
+
+
 def test_stale_groups_are_forgotten_as_the_buffer_evicts_them() -> None:
     ledger = PromptLedger(seed=0, prompts_per_call=1, batch_groups=None)
     old, new = claim(ledger), claim(ledger)

@@ -96,6 +96,9 @@ class PromptLedger:
         self._in_flight: dict[int, Call] = {}  # by first index
         self._held: dict[int, Held] = {}  # by group (prompt index)
         self._taken: dict[int, Call] = {}  # by group: in a batch, not yet trained
+        # Groups the trainer took before their put's answer was booked (the buffer answers
+        # the put and the sample separately): their late put must not hold them again.
+        self._early: set[int] = set()
         self._seen: set[str] = set()  # buffer incarnations that answered a put
         self._dead: set[str] = set()  # those that died since
         self._open_version, self._used = 0, 0
@@ -135,6 +138,8 @@ class PromptLedger:
         self._in_flight.pop(call.indices[0], None)
         if self._quota is not None and call.version == self._open_version:
             self._used -= len(call.indices) - len(kept)  # dropped groups are replaced
+        kept = [g for g in kept if g not in self._early]
+        self._early.difference_update(call.indices)
         if not kept:
             return 0
         self._seen.add(incarnation)
@@ -163,11 +168,17 @@ class PromptLedger:
     # ------------------------------------------------------------------ the trainer
 
     def take(self, groups: Iterable[int]) -> None:
-        """The trainer took these groups in a batch."""
+        """The trainer took these groups in a batch (possibly before their put's answer
+        was booked: the buffer answers the put and the sample separately)."""
         for group in groups:
             held = self._held.pop(group, None)
             if held is not None:
                 self._taken[group] = held.call
+                continue
+            flying = self._flying(group)
+            if flying is not None:
+                self._early.add(group)
+                self._taken[group] = flying
 
     def trained(self, groups: Iterable[int]) -> None:
         """A train step consumed these groups."""
@@ -211,7 +222,11 @@ class PromptLedger:
         buffer after its snapshot (the ledger forgets stale groups itself, `evict_stale`)."""
         redo = list(self._redo)
         held: list[Held] = []
-        for call in self._in_flight.values():
+        for flying in self._in_flight.values():
+            # Groups taken before their put answered are accounted for by `_taken`.
+            call = flying.only(i for i in flying.indices if i not in self._early)
+            if not call.indices:
+                continue
             landed = [i for i in call.indices if i in in_buffer]
             if landed:
                 held.append(Held(call.only(landed), min(in_buffer[i] for i in landed)))
@@ -233,6 +248,7 @@ class PromptLedger:
         self.next_index = state.next_index
         self._redo = collections.deque(state.redo)
         self._in_flight, self._taken, self._after = {}, {}, {}
+        self._early = set()
         self._held = {i: h for h in state.held for i in h.call.indices}
         self._open_version, self._used = state.open_version, state.used
 
@@ -241,6 +257,13 @@ class PromptLedger:
     def _start(self, call: Call) -> Call:
         self._in_flight[call.indices[0]] = call
         return call
+
+    def _flying(self, group: int) -> Call | None:
+        """The call in flight that holds `group`, if any."""
+        for call in self._in_flight.values():
+            if group in call.indices:
+                return call
+        return None
 
     def _queue(self, call: Call) -> None:
         if call.indices:
