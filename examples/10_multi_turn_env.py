@@ -134,19 +134,13 @@ async def main(tmp: Path) -> None:
 
     print("== a tool: the calculator runs the answer in a bubblewrap sandbox")
     try:
-        calculator = Calculator(Sandbox())
+        calculator = Calculator(Sandbox(), attempts=2)
     except SandboxUnavailableError as e:
         print(f"  skipped: needs the distribution package `bubblewrap` ({e})")
         return
     task = Task("calculator", seed=3)
-    (a, b), target = Calculator.content(task)
-    candidates = {
-        f"{a} + {b}": a + b,
-        f"{a} * {b}": a * b,
-        f"{a} - {b}": a - b,
-        f"{b} - {a}": b - a,
-    }
-    right = next(text for text, value in candidates.items() if value == target)
+    (a, b), (op,) = Calculator.content(task)  # the question says it in words: "3 times 5"
+    right = f"{a} {op} {b}"
     answers = iter(["__import__('os').listdir('/')", right])
 
     async def scripted(conversation: Sequence[Segment[None]]) -> PolicyTurn[None]:

@@ -3,7 +3,6 @@ would, and answers right (or wrong, on the turns it is told to)."""
 
 from __future__ import annotations
 
-import itertools
 import re
 from collections.abc import Sequence
 
@@ -46,31 +45,13 @@ class Oracle:
             rules = dict(re.findall(r"When I say (\w+), you say (\w+)\.", first))
             answer: str = rules[cue]
             return answer
-        if first.startswith("Write a Python expression"):
-            target = int(re.search(r"equal to (-?\d+)", first).group(1))  # type: ignore[union-attr]
-            listed = re.search(r"numbers ([\d, ]+) exactly", first).group(1)  # type: ignore[union-attr]
-            return solve([int(x) for x in listed.split(", ")], target)
+        if first.startswith("Compute "):
+            return translate(first)
         raise AssertionError(f"unknown task: {first!r}")
 
 
-def solve(numbers: list[int], target: int) -> str:
-    """An expression using each number once with + - * and parentheses that equals target."""
-
-    def exprs(nums: tuple[int, ...]) -> list[tuple[str, int]]:
-        if len(nums) == 1:
-            return [(str(nums[0]), nums[0])]
-        out = []
-        for i in range(1, len(nums)):
-            for left in exprs(nums[:i]):
-                for right in exprs(nums[i:]):
-                    a, va = left
-                    b, vb = right
-                    out += [(f"({a} + {b})", va + vb), (f"({a} - {b})", va - vb),
-                            (f"({a} * {b})", va * vb)]  # fmt: skip
-        return out
-
-    for perm in itertools.permutations(numbers):
-        for text, value in exprs(perm):
-            if value == target:
-                return text
-    raise AssertionError(f"no solution for {numbers} -> {target}")
+def translate(question: str) -> str:
+    """The calculator's question ("Compute 7 times 4 with Python.") as an expression."""
+    words = re.fullmatch(r"Compute (.+) with Python\.", question).group(1)  # type: ignore[union-attr]
+    symbols = {"plus": "+", "minus": "-", "times": "*"}
+    return " ".join(symbols.get(word, word) for word in words.split())

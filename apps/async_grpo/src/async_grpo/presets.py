@@ -95,12 +95,19 @@ def repeat() -> RunConfig:
 
 
 def calculator() -> RunConfig:
-    """The tiny model uses a tool: it writes a Python expression, the bubblewrap sandbox
-    runs it, and the reward comes from what it printed (`rl_envs.Calculator`, level 0: two
-    numbers, two attempts). Needs `bubblewrap`."""
+    """The tiny model uses a tool: it writes the question's computation ("Compute 7 times 4
+    with Python.") as a Python expression, the bubblewrap sandbox runs it, and the reward
+    comes from what it printed (`rl_envs.Calculator`, level 0: two numbers, one attempt).
+    Needs `bubblewrap`."""
     cfg = tiny()
     cfg.env = EnvConfig(tasks="calculator", replicas=1)
-    cfg.sampling.max_new_tokens = 8
+    # A level-0 answer is three words ("7 * 4"): a random model that must also end its turn
+    # ends it after one number far more often than after three, and stays there (measured
+    # in docs/07_environments.md).
+    cfg.sampling.max_new_tokens = 3
+    # It learns late (the right operators after about 400 steps, measured in
+    # docs/07_environments.md), when a cosine decay has already cut the step size.
+    cfg.trainer.lr_schedule = "constant"
     return cfg
 
 
