@@ -53,7 +53,8 @@ def run_main(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
             ["--trainer.batch_size", "7"],
             "trainer.batch_size (7) must be a positive multiple of sampling.group_size (16)",
         ),
-        (["--trainer.scale_by_std", "maybe"], "trainer.scale_by_std: expected true or false"),
+        (["--model.chat_template", "maybe"], "model.chat_template: expected true or false"),
+        (["--trainer.advantage_scale", "max"], "trainer.advantage_scale"),
         (["--trainer.kl_coef", "0.1"], "(did you mean 'trainer.loss.kl_coef'?)"),
         (["--log_every", "0"], "log_every must be >= 1"),
         (["--data.path", "/nonexistent/data.jsonl"], "data.path: dataset file not found"),
@@ -184,8 +185,10 @@ def test_help_lists_each_field_with_its_docstring_and_default(
     cfg = PRESETS[default_preset()]()
     lines = {
         "--trainer.lr FLOAT": f"Peak learning rate of AdamW. (default: {cfg.trainer.lr})",
-        "--trainer.scale_by_std {true,false}": "Divide each group's advantages by the standard "
-        f"deviation of its rewards. (default: {str(cfg.trainer.scale_by_std).lower()})",
+        "--model.chat_template {true,false}": "Wrap each prompt in the tokenizer's chat template "
+        f"(instruct models). (default: {str(cfg.model.chat_template).lower()})",
+        "--trainer.advantage_scale {std,mean,none}": "What a group's centred rewards are "
+        'divided by: "std" (GRPO)',
         "--buffer.max_policy_age INT": "Oldest policy version a trained episode may come from, "
         f"in versions behind (async mode). (default: {cfg.buffer.max_policy_age})",
         "--trainer.loss.kl_coef FLOAT": "Weight of the k3 KL to the reference model in the "

@@ -14,12 +14,13 @@ def test_overrides_set_typed_values_on_a_copy() -> None:
     cfg = apply_overrides(
         base,
         {"trainer.lr": "5e-4", "sampling.group_size": "4", "mode": "sync",
-         "trainer.scale_by_std": "false", "model.path": "/x"},
+         "model.chat_template": "true", "trainer.advantage_scale": "mean", "model.path": "/x"},
     )  # fmt: skip
     assert cfg.trainer.lr == 5e-4
     assert cfg.sampling.group_size == 4
     assert cfg.mode == "sync"
-    assert cfg.trainer.scale_by_std is False
+    assert cfg.model.chat_template is True
+    assert cfg.trainer.advantage_scale == "mean"
     assert cfg.model.path == "/x"
     assert base.trainer.lr == tiny().trainer.lr  # the preset is untouched
     assert base.mode == "async"
@@ -52,7 +53,8 @@ def test_nested_loss_config_is_set_through_the_trainer() -> None:
         ("sampling.group_size", "2.5", "sampling.group_size: expected int"),
         ("mode", "both", "mode: 'both' is not one of"),
         ("model.dtype", "fp16", "model.dtype: 'fp16' is not one of ['float32', 'bfloat16']"),
-        ("trainer.scale_by_std", "maybe", "expected true or false"),
+        ("model.chat_template", "maybe", "expected true or false"),
+        ("trainer.advantage_scale", "max", "trainer.advantage_scale: 'max' is not one of"),
     ],
 )
 def test_bad_override_names_the_key_and_applies_nothing(key: str, value: str, message: str) -> None:

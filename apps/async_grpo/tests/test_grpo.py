@@ -1,10 +1,18 @@
 """The GRPO math against hand-computed values."""
 
+import itertools
 import math
 
 import pytest
 import torch
-from async_grpo.grpo import LossConfig, group_advantages, grpo_loss, k3_kl, turn_advantages
+from async_grpo.grpo import (
+    AdvantageScale,
+    LossConfig,
+    group_advantages,
+    grpo_loss,
+    k3_kl,
+    turn_advantages,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,7 +25,7 @@ def test_group_advantages_hand_computed() -> None:
 
 
 def test_group_advantages_unscaled_is_centred_reward() -> None:
-    adv = group_advantages(torch.tensor([1.0, 2.0, 6.0]), group_size=3, scale_by_std=False)
+    adv = group_advantages(torch.tensor([1.0, 2.0, 6.0]), group_size=3, scale="none")
     assert adv.tolist() == pytest.approx([-2.0, -1.0, 3.0])
 
 
@@ -26,6 +34,54 @@ def test_group_advantages_scaled_hand_computed() -> None:
     adv = group_advantages(torch.tensor([1.0, 2.0, 6.0]), group_size=3, eps=0.0)
     s = math.sqrt(14 / 3)
     assert adv.tolist() == pytest.approx([-2 / s, -1 / s, 3 / s])
+
+
+def test_group_advantages_scaled_by_the_mean_hand_computed() -> None:
+    # Group 1: mean 3, deviations -2 -1 3, divided by 3. Group 2: one success in four,
+    # mean 1/4: the success gets (1 - 1/4) / (1/4) = 3, each failure -1.
+    adv = group_advantages(
+        torch.tensor([1.0, 2.0, 6.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0]),
+        group_size=3,
+        scale="mean",
+        eps=0.0,
+    )
+    assert adv[:3].tolist() == pytest.approx([-2 / 3, -1 / 3, 1.0])
+    adv = group_advantages(torch.tensor([0.0, 1.0, 0.0, 0.0]), group_size=4, scale="mean", eps=0.0)
+    assert adv.tolist() == pytest.approx([-1.0, 3.0, -1.0, -1.0])
+
+
+def test_mean_scaling_pulls_a_rarely_said_right_answer_hardest() -> None:
+    """The expected update of the right answer's logit for a policy choosing between a right
+    (reward 1) and a wrong answer (0) with probability q and 1 - q, computed exactly over all
+    2^8 outcomes of a group of 8. Under "std" and "none" it is the same at q and 1 - q: a
+    policy that cannot yet tell two contexts apart is not pulled back towards the middle.
+    Under "mean" it is 1 - q (the supervised gradient) less (1 - q)^8, the groups with no
+    right answer: a group with k right gives (k right x (8-k)/k x (1-q) + (8-k) wrong x -1 x
+    -q) / 8 = 1 - k/8."""
+
+    def expected_update(q: float, scale: AdvantageScale, g: int = 8) -> float:
+        total = 0.0
+        for outcome in itertools.product([1.0, 0.0], repeat=g):
+            right = int(sum(outcome))
+            p = q**right * (1 - q) ** (g - right)
+            adv = group_advantages(torch.tensor(outcome), group_size=g, scale=scale, eps=0.0)
+            # d log pi(answer) / d logit_right: 1 - q for the right answer, -q for the wrong.
+            grads = [(1 - q) if x else -q for x in outcome]
+            total += p * sum(float(a) * d for a, d in zip(adv, grads, strict=True)) / g
+        return total
+
+    for scale in ("std", "none"):
+        assert expected_update(0.2, scale) == pytest.approx(expected_update(0.8, scale))
+    for q in (0.2, 0.5, 0.8):
+        assert expected_update(q, "mean") == pytest.approx((1 - q) - (1 - q) ** 8)
+    assert expected_update(0.2, "mean") > 3 * expected_update(0.8, "mean")
+
+
+def test_mean_scaling_refuses_negative_rewards() -> None:
+    with pytest.raises(ValueError, match=r"scale=.mean. needs rewards >= 0.*-1.0"):
+        group_advantages(torch.tensor([-1.0, 1.0]), group_size=2, scale="mean")
+    with pytest.raises(ValueError, match="scale must be 'std', 'mean' or 'none', got 'max'"):
+        group_advantages(torch.tensor([0.0, 1.0]), group_size=2, scale="max")  # type: ignore[arg-type]
 
 
 def test_group_advantages_rejects_partial_group() -> None:
@@ -108,7 +164,7 @@ def test_on_policy_gradient_is_reinforce_with_group_baseline(importance: str) ->
         lp = torch.log_softmax(logits, -1).gather(-1, actions.unsqueeze(-1)).squeeze(-1)
         return lp
 
-    adv = group_advantages(rewards, group_size=2, scale_by_std=False)
+    adv = group_advantages(rewards, group_size=2, scale="none")
     cfg = LossConfig(importance=importance)  # type: ignore[arg-type]
     loss, stats = grpo_loss(logprobs(), logprobs().detach(), adv, mask, cfg)
     assert stats.ratio_mean == pytest.approx(1.0)
@@ -142,15 +198,15 @@ def test_entropy_bonus_hand_computed() -> None:
     groups=st.integers(1, 6),
     group_size=st.integers(2, 64),
     value=st.floats(-1e6, 1e6, allow_nan=False, width=32),
-    scale=st.booleans(),
+    scale=st.sampled_from(["std", "mean", "none"]),
 )
 def test_a_group_of_equal_rewards_gets_exactly_zero_advantages(
-    groups: int, group_size: int, value: float, scale: bool
+    groups: int, group_size: int, value: float, scale: AdvantageScale
 ) -> None:
     # Found by hand first: all rewards 0.7 in one group of 7 or more gave advantages ~0.06,
     # because the float32 mean rounds one ulp away from 0.7 and the std is ~6e-8, not 0.
-    rewards = torch.full((groups * group_size,), value)
-    adv = group_advantages(rewards, group_size, scale_by_std=scale)
+    rewards = torch.full((groups * group_size,), abs(value) if scale == "mean" else value)
+    adv = group_advantages(rewards, group_size, scale=scale)
     assert adv.tolist() == [0.0] * (groups * group_size)
 
 
@@ -177,13 +233,13 @@ def test_turn_advantages_with_no_discount_credit_each_turn_alone() -> None:
     # +0.5, -0.5); turn 1: 0, 1 -> -1, +1; turn 2: 0.25, 0.25 -> equal, zeros.
     adv = turn_advantages([[1.0, 0.0, 0.25], [0.0, 1.0, 0.25]], discount=0.0, eps=0.0)
     assert adv == [pytest.approx([1.0, -1.0, 0.0]), pytest.approx([-1.0, 1.0, 0.0])]
-    plain = turn_advantages([[1.0, 0.0, 0.25], [0.0, 1.0, 0.25]], discount=0.0, scale_by_std=False)
+    plain = turn_advantages([[1.0, 0.0, 0.25], [0.0, 1.0, 0.25]], discount=0.0, scale="none")
     assert plain == [pytest.approx([0.5, -0.5, 0.0]), pytest.approx([-0.5, 0.5, 0.0])]
 
 
 def test_turn_advantages_with_half_discount_hand_computed() -> None:
     # Returns: e0 [1 + 0.5*0, 0] = [1, 0]; e1 [0 + 0.5*1, 1] = [0.5, 1].
-    adv = turn_advantages([[1.0, 0.0], [0.0, 1.0]], discount=0.5, scale_by_std=False)
+    adv = turn_advantages([[1.0, 0.0], [0.0, 1.0]], discount=0.5, scale="none")
     assert adv == [pytest.approx([0.25, -0.5]), pytest.approx([-0.25, 0.5])]
 
 

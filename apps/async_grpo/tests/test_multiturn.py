@@ -77,7 +77,7 @@ def test_turn_credit_puts_each_turns_advantage_on_its_tokens() -> None:
     # prompt "ab" | policy [5] (reward 0) | env "c" | policy [6] (reward 1)
     other = record([(turn([5], [-2.0], 3), 0.0, "c"), (turn([6], [-0.1], 3), 1.0, "")])
     episodes, _ = records_to_episodes(
-        [[rec, other]], itertools.count(), encode, scale_by_std=False, turn_discount=0.0
+        [[rec, other]], itertools.count(), encode, scale="none", turn_discount=0.0
     )
     first, second = episodes
     # Discount 0, unscaled: turn 0 rewards 1, 0 -> +0.5, -0.5; turn 1: 0, 1 -> -0.5, +0.5.
@@ -97,12 +97,12 @@ def test_pack_spreads_per_token_advantages() -> None:
     rec = record([(turn([7, 8], [-0.5, -0.25], 3), 1.0, "c"), (turn([9], [-1.0], 3), 0.0, "")])
     other = record([(turn([5], [-2.0], 3), 0.0, "c"), (turn([6], [-0.1], 3), 0.5, "")])
     per_turn, _ = records_to_episodes(
-        [[rec, other]], itertools.count(), encode, scale_by_std=False, turn_discount=0.0
+        [[rec, other]], itertools.count(), encode, scale="none", turn_discount=0.0
     )
     batch = pack(per_turn, pad_id=0)
     assert batch.advantages.tolist() == [[0.5, 0.5, 0.0, -0.25], [-0.5, 0.0, 0.25, 0.0]]
     # Episodes without per-token advantages: one per row ([B]); mixed: rows broadcast.
-    plain, _ = records_to_episodes([[rec, other]], itertools.count(), encode, scale_by_std=False)
+    plain, _ = records_to_episodes([[rec, other]], itertools.count(), encode, scale="none")
     assert pack(plain, pad_id=0).advantages.tolist() == [0.25, -0.25]
     mixed = pack([plain[0], per_turn[1]], pad_id=0).advantages
     assert mixed.tolist() == [[0.25, 0.25, 0.25, 0.25], [-0.5, 0.0, 0.25, 0.0]]

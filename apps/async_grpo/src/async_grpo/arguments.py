@@ -40,7 +40,7 @@ _REGISTRY = tyro.constructors.ConstructorRegistry()
 def _bool_rule(
     info: tyro.constructors.PrimitiveTypeInfo,
 ) -> tyro.constructors.PrimitiveConstructorSpec[bool] | None:
-    """Booleans are written `true`/`false`, as values (`--trainer.scale_by_std false`)."""
+    """Booleans are written `true`/`false`, as values (`--model.chat_template true`)."""
     if info.type is not bool:
         return None
     return tyro.constructors.PrimitiveConstructorSpec(

@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 
 import tyro
 
-from async_grpo.grpo import LossConfig
+from async_grpo.grpo import AdvantageScale, LossConfig
 from async_grpo.placement import PlacementConfig
 
 
@@ -170,8 +170,10 @@ class TrainerConfig:
     """Maximum global gradient norm (> 0)."""
     batch_size: int = 64
     """Episodes per train step: a positive multiple of `sampling.group_size`."""
-    scale_by_std: bool = True
-    """Divide each group's advantages by the standard deviation of its rewards."""
+    advantage_scale: AdvantageScale = "std"
+    """What a group's centred rewards are divided by: "std" (GRPO), "mean" (MaxRL: the
+    supervised gradient in expectation; rewards must be >= 0) or "none"
+    (`grpo.group_advantages`)."""
     procs: int = 1
     """Trainer processes; more than 1 shards the model FSDP-style over them."""
     loss: LossConfig = dataclasses.field(default_factory=LossConfig)

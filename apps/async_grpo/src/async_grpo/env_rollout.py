@@ -86,7 +86,7 @@ async def generate_env_episodes(
         groups,
         iter(kept),
         encode,
-        scale_by_std=cfg.trainer.scale_by_std,
+        scale=cfg.trainer.advantage_scale,
         turn_discount=cfg.env.turn_discount if cfg.env.credit == "turn" else None,
     )
     bookkeeping = lambda: metrics.record_records(groups, dropped)  # noqa: E731

@@ -18,27 +18,48 @@ import torch
 from torch import Tensor
 
 ImportanceMode = Literal["clip", "truncate"]
+AdvantageScale = Literal["std", "mean", "none"]
+"""What a group's centred rewards are divided by: "std" their standard deviation (GRPO),
+"mean" their mean (MaxRL, Tajwar et al. 2026: for 0/1 rewards the expected update is the
+gradient of log P(success), the supervised gradient of the right answer), "none" nothing."""
 
 
 def group_advantages(
-    rewards: Tensor, group_size: int, scale_by_std: bool = True, eps: float = 1e-6
+    rewards: Tensor, group_size: int, scale: AdvantageScale = "std", eps: float = 1e-6
 ) -> Tensor:
     """Advantage of each episode relative to the others answering the same prompt.
 
     `rewards` is [B] with B a multiple of `group_size`, consecutive entries sharing a prompt.
     Returns [B]: `r - mean(group)`, divided by the group's (population) standard deviation
-    plus `eps` when `scale_by_std`. A group whose rewards are all equal gets zeros: it says
-    nothing about which answer is better.
+    plus `eps` (`scale="std"`), by its mean plus `eps` (`"mean"`: rewards must be >= 0) or
+    by nothing (`"none"`). A group whose rewards are all equal gets zeros: it says nothing
+    about which answer is better.
+
+    Why "mean" can matter: under "std" (and "none") the expected update of an answer's
+    logit is symmetric in its success rate q (sqrt(q(1-q)) under "std"), so a policy that
+    cannot yet tell two contexts apart drifts freely towards one answer for both and, once
+    it is sure, its groups go uniform. Under "mean" it is 1 - q, the supervised gradient:
+    an answer the policy rarely says but that is right is pulled up hardest.
     """
     if rewards.dim() != 1 or rewards.numel() % group_size != 0:
         raise ValueError(
             f"rewards must be 1-D with a multiple of group_size={group_size} entries, "
             f"got shape {tuple(rewards.shape)}"
         )
+    if scale not in ("std", "mean", "none"):
+        raise ValueError(f"scale must be 'std', 'mean' or 'none', got {scale!r}")
     r = rewards.float().view(-1, group_size)
-    centred = r - r.mean(dim=1, keepdim=True)
-    if scale_by_std:
+    if scale == "mean" and bool((r < 0).any()):
+        raise ValueError(
+            f"scale='mean' needs rewards >= 0 (it divides by the group's mean), got a reward "
+            f"of {float(r.min())}; use 'std' or 'none' for signed rewards"
+        )
+    mean = r.mean(dim=1, keepdim=True)
+    centred = r - mean
+    if scale == "std":
         centred = centred / (r.std(dim=1, keepdim=True, correction=0) + eps)
+    elif scale == "mean":
+        centred = centred / (mean + eps)
     # Decided on the rewards themselves, not on a float32 mean or std: those round, and a
     # group of seven 0.7s would otherwise get a spurious ~0.06 advantage of one sign.
     uniform = (r == r[:, :1]).all(dim=1, keepdim=True)
@@ -49,7 +70,7 @@ def turn_advantages(
     rewards: Sequence[Sequence[float]],
     *,
     discount: float = 1.0,
-    scale_by_std: bool = True,
+    scale: AdvantageScale = "std",
     eps: float = 1e-6,
 ) -> list[list[float]]:
     """Advantage of each policy turn of a group of multi-turn episodes of one task.
@@ -59,8 +80,8 @@ def turn_advantages(
     `discount` times the next turn's return: `discount` 1 credits a turn with everything that
     followed it, 0 with its own reward only (right when turns do not affect each other, as
     in a quiz). Turn t's advantage is its return minus the mean return at turn t over the
-    episodes that reached turn t, divided by their (population) standard deviation plus
-    `eps` when `scale_by_std`; where those returns are all equal (or only one episode got
+    episodes that reached turn t, scaled as `group_advantages` scales a group (`scale`);
+    where those returns are all equal (or only one episode got
     that far) it is 0. Returns the advantages in the shape of `rewards`.
     """
     if not 0.0 <= discount <= 1.0:
@@ -79,7 +100,7 @@ def turn_advantages(
     for t in range(max(len(g) for g in returns)):
         rows = [i for i, g in enumerate(returns) if len(g) > t]
         column = torch.tensor([returns[i][t] for i in rows])
-        values = group_advantages(column, len(rows), scale_by_std, eps)  # equal: zeros
+        values = group_advantages(column, len(rows), scale, eps)  # equal: zeros
         for i, v in zip(rows, values.tolist(), strict=True):
             out[i][t] = v
     return out

@@ -77,9 +77,7 @@ async def generate_episode(
         )
     # Advantages relative to the other answers to the same prompt, into the buffer as whole
     # groups (a group's id is its prompt's index); `put` waits while the buffer is full.
-    episodes = to_episodes(
-        groups, rewards, iter(call.indices), scale_by_std=cfg.trainer.scale_by_std
-    )
+    episodes = to_episodes(groups, rewards, iter(call.indices), scale=cfg.trainer.advantage_scale)
     bookkeeping = lambda: metrics.record_episodes(completions, targets, rewards)  # noqa: E731
     return await put_episodes(
         c, cfg, metrics, ledger, call, kept=call.indices, episodes=episodes, bookkeeping=bookkeeping

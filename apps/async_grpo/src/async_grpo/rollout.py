@@ -12,7 +12,7 @@ import torch
 from replay_buffer import Episode
 from rl_envs import tokenize_episode
 
-from async_grpo.grpo import group_advantages, turn_advantages
+from async_grpo.grpo import AdvantageScale, group_advantages, turn_advantages
 from async_grpo.multiturn import Encode, Record, policy_version, turn_ids, turn_logprobs
 from async_grpo.sampling import Completion
 
@@ -22,7 +22,7 @@ def to_episodes(
     rewards: Sequence[float],
     group_ids: Iterator[int],
     *,
-    scale_by_std: bool = True,
+    scale: AdvantageScale = "std",
 ) -> list[Episode]:
     """One `Episode` per completion, group by group. `groups` holds the completions of one
     prompt each (all the same size); `rewards` is flat, in the same order; each group takes
@@ -34,7 +34,7 @@ def to_episodes(
     flat = [comp for group in groups for comp in group]
     if len(rewards) != len(flat):
         raise ValueError(f"{len(flat)} completions but {len(rewards)} rewards")
-    advantages = group_advantages(torch.tensor(rewards), group_size, scale_by_std=scale_by_std)
+    advantages = group_advantages(torch.tensor(rewards), group_size, scale=scale)
     episodes: list[Episode] = []
     for k, comp in enumerate(flat):
         if k % group_size == 0:
@@ -58,7 +58,7 @@ def records_to_episodes(
     group_ids: Iterator[int],
     encode: Encode,
     *,
-    scale_by_std: bool = True,
+    scale: AdvantageScale = "std",
     turn_discount: float | None = None,
 ) -> tuple[list[Episode], int]:
     """One `Episode` per multi-turn episode, and how many were dropped.
@@ -79,15 +79,13 @@ def records_to_episodes(
     if not kept:
         return [], dropped
     returns = [r.reward for g in kept for r in g]
-    advantages = group_advantages(torch.tensor(returns), len(kept[0]), scale_by_std=scale_by_std)
+    advantages = group_advantages(torch.tensor(returns), len(kept[0]), scale=scale)
     episodes: list[Episode] = []
     k = 0
     for group in kept:
         group_id = next(group_ids)
         per_turn = (
-            turn_advantages(
-                [r.rewards for r in group], discount=turn_discount, scale_by_std=scale_by_std
-            )
+            turn_advantages([r.rewards for r in group], discount=turn_discount, scale=scale)
             if turn_discount is not None
             else None
         )
