@@ -1,7 +1,7 @@
 """Can the tiny model follow the pattern at all? Supervised training on the right answers.
 
-The `pattern` preset's RL runs stall near 0.57 (docs/07_environments.md). This separates the
-model from the learning signal: the same tiny model (`presets.TINY_ARCH`, the app's
+When the `pattern` preset's first RL runs stalled near 0.57 (docs/07_environments.md), this
+separated the model from the learning signal: the same tiny model (`presets.TINY_ARCH`, the app's
 word-level tokenizer built from `FollowThePattern.corpus()`) is trained with cross-entropy
 on the right answer of every cue, in episodes played right against the environment and
 laid out by `rl_envs.tokenize_episode`, as the app's trainer gets them. It is
@@ -10,8 +10,10 @@ held-out tasks, answers sampled at temperature 1, mean return.
 
     uv run python apps/async_grpo/benchmarks/pattern_supervised.py            # 400 steps
     uv run python apps/async_grpo/benchmarks/pattern_supervised.py --tasks 8  # less variety
+    uv run python apps/async_grpo/benchmarks/pattern_supervised.py --words 48 # a larger pool
 
-`--tasks` distinct tasks per step (default 128, one sequence each), AdamW at `--lr`.
+`--tasks` distinct tasks per step (default 128, one sequence each), AdamW at `--lr`;
+`--words` nouns in the game's pool (16: the environment as it is).
 """
 
 from __future__ import annotations
@@ -36,7 +38,16 @@ from rl_envs import (
     run_episode,
     tokenize_episode,
 )
+from rl_envs.envs._words import WORDS
 from transformers import Qwen2ForCausalLM
+
+
+def pool(words: int) -> type[FollowThePattern]:
+    """The game over the first `words` nouns (16: the environment as it is)."""
+    if words == len(FollowThePattern.words):
+        return FollowThePattern
+    attrs = {"name": f"pattern{words}", "words": WORDS[:words]}
+    return type(f"FollowThePattern{words}", (FollowThePattern,), attrs)
 
 
 def main() -> None:
@@ -46,14 +57,18 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--eval-every", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--words", type=int, default=len(FollowThePattern.words))
     args = parser.parse_args()
     for flag in ("steps", "tasks", "eval_every"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} must be >= 1")
     if not args.lr > 0:
         parser.error("--lr must be > 0")
+    if not 4 <= args.words <= len(WORDS):
+        parser.error(f"--words must be in [4, {len(WORDS)}] (two rules need four words)")
+    game = pool(args.words)
     torch.manual_seed(args.seed)
-    tok = build_tokenizer(FollowThePattern.corpus())
+    tok = build_tokenizer(game.corpus())
     model = Qwen2ForCausalLM(qwen2_config(TINY_ARCH, tok))
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.99))
 
@@ -63,13 +78,13 @@ def main() -> None:
         """The episode played right (the environment's own text, every answer the rule's
         word), as the app's trainer sees it (`rl_envs.tokenize_episode`); and the positions
         of the answers."""
-        answer = dict(FollowThePattern.content(task)[0])
+        answer = dict(game.content(task)[0])
 
         async def oracle(conversation: Sequence[Segment[list[int]]]) -> PolicyTurn[list[int]]:
             word = answer[conversation[-1].text.split()[-1]]  # the cue ends the observation
             return PolicyTurn(word, encode(word))
 
-        record = await run_episode(oracle, FollowThePattern(), task)
+        record = await run_episode(oracle, game(), task)
         view = tokenize_episode(
             record, encode=encode, token_ids=lambda p: p, logprobs=lambda p: [0.0] * len(p)
         )
@@ -78,7 +93,7 @@ def main() -> None:
         return view.prompt_ids + view.response_ids, where
 
     async def batch_of(n: int) -> list[tuple[list[int], list[int]]]:
-        return [await sequence(Task("pattern", next(seeds), "train", 0)) for _ in range(n)]
+        return [await sequence(Task(game.name, next(seeds), "train", 0)) for _ in range(n)]
 
     async def policy(conversation: Sequence[Segment[list[int]]]) -> PolicyTurn[list[int]]:
         ids = context_ids(conversation, encode=encode, token_ids=lambda p: p)
@@ -88,12 +103,15 @@ def main() -> None:
         return PolicyTurn(str(tok.decode([token])), [token])
 
     async def evaluate() -> float:
-        env = FollowThePattern()
-        records = [await run_episode(policy, env, t) for t in FollowThePattern.eval_tasks(0)]
+        env = game()
+        records = [await run_episode(policy, env, t) for t in game.eval_tasks(0)]
         return sum(r.reward for r in records) / len(records)
 
     seeds = itertools.count(args.seed * 1_000_000)
-    print(f"supervised, {args.tasks} tasks per step, lr {args.lr}, eval on 64 held-out tasks")
+    print(
+        f"supervised, {args.words} words, {args.tasks} tasks per step, lr {args.lr}, eval on "
+        "64 held-out tasks"
+    )
     start = time.perf_counter()
     for step in range(args.steps + 1):
         if step % args.eval_every == 0 or step == args.steps:

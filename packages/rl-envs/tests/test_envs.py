@@ -66,22 +66,41 @@ async def test_oracle_scores_one_and_mistakes_cost_their_share(name: str, level:
     assert all_wrong.done
 
 
-async def test_pattern_gives_near_miss_credit_for_another_rules_word() -> None:
+async def test_pattern_gives_near_miss_credit_for_another_rules_word_when_asked() -> None:
     task = Task("pattern", seed=2)
     rules, cues = FollowThePattern.content(task)
     answers = dict(rules)
     other = next(a for c, a in rules if c != cues[0])  # a rule's word, not this cue's
-    env = FollowThePattern()
+    env = FollowThePattern(near_miss=0.25)
     await env.reset(task)
     assert (await env.step(Action(other))).reward == pytest.approx(0.25 / len(cues))
     assert (await env.step(Action("river-ish"))).reward == 0.0  # not a rule's word
     assert (await env.step(Action(answers[cues[2]]))).reward == pytest.approx(1 / len(cues))
-    strict = FollowThePattern(near_miss=0.0)
+    strict = FollowThePattern()  # the default game is strict
     await strict.reset(task)
     assert (await strict.step(Action(other))).reward == 0.0
     for bad in (1.0, -0.1, float("nan")):
         with pytest.raises(ValueError, match="near_miss"):
             FollowThePattern(near_miss=bad)
+
+
+def test_pattern_draws_its_words_from_its_pool() -> None:
+    assert len(FollowThePattern.words) == 16
+    for level in range(FollowThePattern.max_level + 1):
+        for seed in range(50):
+            rules, cues = FollowThePattern.content(Task("pattern", seed=seed, level=level))
+            words = [w for rule in rules for w in rule]
+            assert len(set(words)) == len(words) == 2 * (level + 2)
+            assert set(words) <= set(FollowThePattern.words)
+            assert set(cues) == {cue for cue, _ in rules}
+
+    class Fruit(FollowThePattern):
+        name = "fruit-pattern"
+        words = ("apple", "banana", "lemon", "orange", "pepper", "yogurt")
+
+    rules, _ = Fruit.content(Task("fruit-pattern", seed=3))
+    assert {w for rule in rules for w in rule} <= set(Fruit.words)
+    assert set(Fruit.corpus()[1:]) == set(Fruit.words)
 
 
 async def test_record_alternates_environment_and_policy() -> None:

@@ -344,8 +344,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError, RuntimeError) as e:
         print(f"async-grpo: error: {e}", file=sys.stderr)
         return 2
+    # A multi-turn run trains on its environments; `data.task` is then unused.
+    task = f"env:{cfg.env.tasks}" if cfg.env.tasks else cfg.data.task
     print(
-        f"async-grpo: mode={cfg.mode} model={prep.model_path} task={cfg.data.task} "
+        f"async-grpo: mode={cfg.mode} model={prep.model_path} task={task} "
         f"steps={cfg.steps} batch={cfg.trainer.batch_size} group={cfg.sampling.group_size} "
         f"generators={cfg.generator.replicas} max_policy_age={cfg.effective_max_policy_age}"
     )
