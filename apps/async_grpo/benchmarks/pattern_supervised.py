@@ -1,8 +1,8 @@
 """Can the tiny model follow the pattern at all? Supervised training on the right answers.
 
 When the `pattern` preset's first RL runs stalled near 0.57 (docs/07_environments.md), this
-separated the model from the learning signal: the same tiny model (`presets.TINY_ARCH`, the app's
-word-level tokenizer built from `FollowThePattern.corpus()`) is trained with cross-entropy
+separated the model from the learning signal: the same tiny model (`presets.TINY_ARCH`, the
+app's word-level tokenizer built from `FollowThePattern.corpus()`) is trained with cross-entropy
 on the right answer of every cue, in episodes played right against the environment and
 laid out by `rl_envs.tokenize_episode`, as the app's trainer gets them. It is
 scored as the app scores it: `rl_envs.run_episode` plays the real environment on its
@@ -46,7 +46,7 @@ def pool(words: int) -> type[FollowThePattern]:
     """The game over the first `words` nouns (16: the environment as it is)."""
     if words == len(FollowThePattern.words):
         return FollowThePattern
-    attrs = {"name": f"pattern{words}", "words": WORDS[:words]}
+    attrs = {"name": f"pattern{words}", "words": WORDS[:words], "max_level": words // 2 - 2}
     return type(f"FollowThePattern{words}", (FollowThePattern,), attrs)
 
 

@@ -96,11 +96,29 @@ def test_pattern_draws_its_words_from_its_pool() -> None:
 
     class Fruit(FollowThePattern):
         name = "fruit-pattern"
-        words = ("apple", "banana", "lemon", "orange", "pepper", "yogurt")
+        words = ("apple", "banana", "lemon", "orange", "pepper", "yogurt", "melon")
+        max_level = 1  # three rules: six of the seven words
 
-    rules, _ = Fruit.content(Task("fruit-pattern", seed=3))
+    rules, _ = Fruit.content(Task("fruit-pattern", seed=3, level=1))
+    assert len(rules) == 3
     assert {w for rule in rules for w in rule} <= set(Fruit.words)
-    assert set(Fruit.corpus()[1:]) == set(Fruit.words)
+    assert set(Fruit.corpus()[1:]) == set(Fruit.words)  # an odd pool is fine
+
+
+@pytest.mark.parametrize(
+    ("words", "max_level", "problem"),
+    [
+        (("apple", "banana", "lemon", "orange", "pepper"), 1, r"has 5 words; max_level 1"),
+        (("apple", "banana", "apple", "orange"), 0, "distinct single words"),
+        (("apple", "banana", "lemon", "sour lime"), 0, "distinct single words"),
+        (("apple", "banana", "lemon", " "), 0, "distinct single words"),
+    ],
+)
+def test_a_pattern_pool_that_cannot_play_is_refused_where_it_is_defined(
+    words: tuple[str, ...], max_level: int, problem: str
+) -> None:
+    with pytest.raises(ValueError, match=problem):
+        type("Bad", (FollowThePattern,), {"name": "bad", "words": words, "max_level": max_level})
 
 
 async def test_record_alternates_environment_and_policy() -> None:
