@@ -37,17 +37,52 @@ def test_group_advantages_scaled_hand_computed() -> None:
 
 
 def test_group_advantages_scaled_by_the_mean_hand_computed() -> None:
-    # Group 1: mean 3, deviations -2 -1 3, divided by 3. Group 2: one success in four,
-    # mean 1/4: the success gets (1 - 1/4) / (1/4) = 3, each failure -1.
+    # Group 1: mean 3, lowest 1, deviations -2 -1 3, divided by 3 - 1 = 2. Group 2: one
+    # success in four, mean 1/4, lowest 0: the success gets (1 - 1/4) / (1/4) = 3, each
+    # failure -1.
     adv = group_advantages(
         torch.tensor([1.0, 2.0, 6.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0]),
         group_size=3,
         scale="mean",
         eps=0.0,
     )
-    assert adv[:3].tolist() == pytest.approx([-2 / 3, -1 / 3, 1.0])
+    assert adv[:3].tolist() == pytest.approx([-1.0, -0.5, 1.5])
     adv = group_advantages(torch.tensor([0.0, 1.0, 0.0, 0.0]), group_size=4, scale="mean", eps=0.0)
     assert adv.tolist() == pytest.approx([-1.0, 3.0, -1.0, -1.0])
+
+
+def test_mean_scaling_is_measured_from_the_groups_lowest_reward() -> None:
+    # Partial credit of 0.4 under every wrong answer: MaxRL's mean (0.55) would give the
+    # right answer (1 - 0.55) / 0.55 = 0.82; measured from the floor (0.55 - 0.4 = 0.15) it
+    # gets 3, as it does among zeros.
+    floor = group_advantages(torch.tensor([0.4, 1.0, 0.4, 0.4]), 4, scale="mean", eps=0.0)
+    assert floor.tolist() == pytest.approx([-1.0, 3.0, -1.0, -1.0])
+    # Signed rewards are fine: -1, 1 -> mean 0, lowest -1.
+    signed = group_advantages(torch.tensor([-1.0, 1.0]), 2, scale="mean", eps=0.0)
+    assert signed.tolist() == pytest.approx([-1.0, 1.0])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rewards=st.lists(st.sampled_from([0.0, 0.25, 0.5, 1.0]), min_size=8, max_size=8),
+    shift=st.sampled_from([-3.0, 0.5, 2.0]),
+)
+def test_mean_scaling_ignores_a_constant_added_to_a_group(
+    rewards: list[float], shift: float
+) -> None:
+    base = group_advantages(torch.tensor(rewards), 8, scale="mean")
+    shifted = group_advantages(torch.tensor([r + shift for r in rewards]), 8, scale="mean")
+    assert shifted.tolist() == pytest.approx(base.tolist(), abs=1e-4)
+
+
+@settings(max_examples=200, deadline=None)
+@given(rewards=st.lists(st.sampled_from([0.0, 0.25, 1.0]), min_size=7, max_size=7))
+def test_mean_scaling_is_maxrls_mean_where_a_group_has_a_zero(rewards: list[float]) -> None:
+    # So runs of 0/1 rewards (the pattern game) train as they did under MaxRL's mean.
+    group = torch.tensor([0.0, *rewards])
+    expected = (group - group.mean()) / group.mean() if group.any() else torch.zeros(8)
+    adv = group_advantages(group, 8, scale="mean", eps=0.0)
+    assert adv.tolist() == pytest.approx(expected.tolist())
 
 
 def test_mean_scaling_pulls_a_rarely_said_right_answer_hardest() -> None:
@@ -77,9 +112,7 @@ def test_mean_scaling_pulls_a_rarely_said_right_answer_hardest() -> None:
     assert expected_update(0.2, "mean") > 3 * expected_update(0.8, "mean")
 
 
-def test_mean_scaling_refuses_negative_rewards() -> None:
-    with pytest.raises(ValueError, match=r"scale=.mean. needs rewards >= 0.*-1.0"):
-        group_advantages(torch.tensor([-1.0, 1.0]), group_size=2, scale="mean")
+def test_unknown_scale_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match="scale must be 'std', 'mean' or 'none', got 'max'"):
         group_advantages(torch.tensor([0.0, 1.0]), group_size=2, scale="max")  # type: ignore[arg-type]
 
@@ -205,7 +238,7 @@ def test_a_group_of_equal_rewards_gets_exactly_zero_advantages(
 ) -> None:
     # Found by hand first: all rewards 0.7 in one group of 7 or more gave advantages ~0.06,
     # because the float32 mean rounds one ulp away from 0.7 and the std is ~6e-8, not 0.
-    rewards = torch.full((groups * group_size,), abs(value) if scale == "mean" else value)
+    rewards = torch.full((groups * group_size,), value)
     adv = group_advantages(rewards, group_size, scale=scale)
     assert adv.tolist() == [0.0] * (groups * group_size)
 

@@ -61,6 +61,27 @@ async def test_the_right_value_with_other_numbers_is_wrong(calculator: Calculato
     assert result.observation.text.startswith("error: SyntaxError")
 
 
+async def test_the_numbers_must_be_in_the_questions_order(sandbox: Sandbox) -> None:
+    # "a times b" answered "b * a": the right value from the right numbers, swapped.
+    task = next(
+        t
+        for t in (Task("calculator", seed=s) for s in range(100))
+        if (c := Calculator.content(t))[1][0] in "+*" and c[0][0] != c[0][1]
+    )
+    (a, b), (op,) = puzzle = Calculator.content(task)
+    calculator = Calculator(attempts=2)
+    await calculator.reset(task)
+    result = await calculator.step(Action(f"{b} {op} {a}"))
+    assert not result.done
+    # Wrong, with the partial credit of an answer that ran and used both numbers.
+    assert result.reward == pytest.approx((0.1 + 0.3) / 2)
+    assert result.observation.text == f"= {value_of(puzzle)}, but use {a}, {b} in order"
+    result = await calculator.step(Action(f"({a}) {op} {b}"))
+    assert result.done
+    assert result.reward == pytest.approx(0.5)
+    assert result.observation.text == "correct"
+
+
 async def test_partial_credit_counts_what_ran_and_the_numbers_used(sandbox: Sandbox) -> None:
     task = Task("calculator", seed=6, level=1)
     (a, b, c), _ = Calculator.content(task)

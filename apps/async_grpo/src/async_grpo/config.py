@@ -171,9 +171,9 @@ class TrainerConfig:
     batch_size: int = 64
     """Episodes per train step: a positive multiple of `sampling.group_size`."""
     advantage_scale: AdvantageScale = "std"
-    """What a group's centred rewards are divided by: "std" (GRPO), "mean" (MaxRL: the
-    supervised gradient in expectation; rewards must be >= 0) or "none"
-    (`grpo.group_advantages`)."""
+    """What a group's centred rewards are divided by: "std" (GRPO), "mean" (MaxRL's mean,
+    measured from the group's lowest reward: for 0/1 rewards the supervised gradient in
+    expectation) or "none" (`grpo.group_advantages`)."""
     procs: int = 1
     """Trainer processes; more than 1 shards the model FSDP-style over them."""
     loss: LossConfig = dataclasses.field(default_factory=LossConfig)

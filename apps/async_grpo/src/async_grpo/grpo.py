@@ -20,8 +20,10 @@ from torch import Tensor
 ImportanceMode = Literal["clip", "truncate"]
 AdvantageScale = Literal["std", "mean", "none"]
 """What a group's centred rewards are divided by: "std" their standard deviation (GRPO),
-"mean" their mean (MaxRL, Tajwar et al. 2026: for 0/1 rewards the expected update is the
-gradient of log P(success), the supervised gradient of the right answer), "none" nothing."""
+"mean" their mean measured from the group's lowest reward, mean(r) - min(r) (MaxRL, Tajwar
+et al. 2026, made shift-invariant: for 0/1 rewards it is MaxRL's mean, and the expected
+update is the gradient of log P(success), the supervised gradient of the right answer),
+"none" nothing."""
 
 
 def group_advantages(
@@ -31,15 +33,22 @@ def group_advantages(
 
     `rewards` is [B] with B a multiple of `group_size`, consecutive entries sharing a prompt.
     Returns [B]: `r - mean(group)`, divided by the group's (population) standard deviation
-    plus `eps` (`scale="std"`), by its mean plus `eps` (`"mean"`: rewards must be >= 0) or
-    by nothing (`"none"`). A group whose rewards are all equal gets zeros: it says nothing
-    about which answer is better.
+    plus `eps` (`scale="std"`), by its mean above its lowest reward plus `eps` (`"mean"`)
+    or by nothing (`"none"`). A group whose rewards are all equal gets zeros: it says
+    nothing about which answer is better.
 
     Why "mean" can matter: under "std" (and "none") the expected update of an answer's
     logit is symmetric in its success rate q (sqrt(q(1-q)) under "std"), so a policy that
     cannot yet tell two contexts apart drifts freely towards one answer for both and, once
     it is sure, its groups go uniform. Under "mean" it is 1 - q, the supervised gradient:
     an answer the policy rarely says but that is right is pulled up hardest.
+
+    Why from the lowest reward: MaxRL divides by the mean itself, which is right for 0/1
+    rewards but not shift-invariant. Partial credit that every answer earns (a floor of 0.4
+    under wrong answers) inflates the mean and shrinks the pull: one right answer among 16
+    answers at 0.4 would get (1 - 0.44) / 0.44 = 1.3 instead of the 15 it gets among 16
+    zeros. Measured from the floor it gets 15 in both. Wherever a group's lowest reward
+    is 0 (every non-uniform group of 0/1 rewards) nothing changes.
     """
     if rewards.dim() != 1 or rewards.numel() % group_size != 0:
         raise ValueError(
@@ -49,17 +58,12 @@ def group_advantages(
     if scale not in ("std", "mean", "none"):
         raise ValueError(f"scale must be 'std', 'mean' or 'none', got {scale!r}")
     r = rewards.float().view(-1, group_size)
-    if scale == "mean" and bool((r < 0).any()):
-        raise ValueError(
-            f"scale='mean' needs rewards >= 0 (it divides by the group's mean), got a reward "
-            f"of {float(r.min())}; use 'std' or 'none' for signed rewards"
-        )
     mean = r.mean(dim=1, keepdim=True)
     centred = r - mean
     if scale == "std":
         centred = centred / (r.std(dim=1, keepdim=True, correction=0) + eps)
     elif scale == "mean":
-        centred = centred / (mean + eps)
+        centred = centred / (mean - r.min(dim=1, keepdim=True).values + eps)
     # Decided on the rewards themselves, not on a float32 mean or std: those round, and a
     # group of seven 0.7s would otherwise get a spurious ~0.06 advantage of one sign.
     uniform = (r == r[:, :1]).all(dim=1, keepdim=True)

@@ -128,9 +128,9 @@ def calculator() -> RunConfig:
     # docs/07_environments.md), when a cosine decay has already cut the step size.
     cfg.trainer.lr_schedule = "constant"
     # With std scaling the policy settles on one operator or order where it cannot yet
-    # tell them apart and stops near 0.75; mean scaling (MaxRL) goes further, to 0.90 at
-    # seed 0 and 0.89 at seed 1, where a few tasks keep a wrong answer that earns partial
-    # credit (docs/07).
+    # tell them apart and stops near 0.75. Mean scaling (MaxRL) pulls a rarely-said right
+    # answer back up, measured from the group's lowest reward so that the partial credit
+    # every wrong answer earns does not dilute it (docs/07).
     cfg.trainer.advantage_scale = "mean"
     cfg.steps = 1200
     cfg.eval_prompts = 32

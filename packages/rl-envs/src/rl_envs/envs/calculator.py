@@ -64,11 +64,19 @@ def numbers_used(expression: str) -> Counter[int] | None:
 
 
 def _literals(tree: ast.Expression) -> Counter[int]:
-    return Counter(
-        node.value
+    return Counter(_in_order(tree))
+
+
+def _in_order(tree: ast.Expression) -> tuple[int, ...]:
+    """The integer literals of `tree` in the order they are written."""
+    found = [
+        (node.lineno, node.col_offset, node.value)
         for node in ast.walk(tree)
-        if isinstance(node, ast.Constant) and type(node.value) is int
-    )
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, int)
+        and not isinstance(node.value, bool)
+    ]
+    return tuple(value for _, _, value in sorted(found))
 
 
 def is_arithmetic(tree: ast.Expression) -> bool:
@@ -106,8 +114,11 @@ class Calculator(GeneratedEnvironment[Puzzle]):
     with an expression; the environment runs it in a bubblewrap `Sandbox` and answers with
     what it printed ("= 41, not 30", or the error's last line). The answer is right when
     the printed value equals the computation's (Python's precedence) and the expression's
-    integer literals are exactly the question's numbers, so writing the value itself does
-    not count. A right answer at attempt `k` earns `1 / k` and ends the episode; after
+    integer literals are the question's numbers in the question's order: the expression is
+    the computation the question states, so writing the value itself does not count, and
+    neither does `4 * 7` for "7 times 4" (a policy free to swap the numbers where the order
+    does not matter learns no order to keep where it does: measured in docs/07). A right
+    answer at attempt `k` earns `1 / k` and ends the episode; after
     `attempts` wrong ones (default 1: one answer, one run) it ends.
 
     A wrong attempt still earns partial credit, divided by `attempts` so that an episode's
@@ -115,7 +126,9 @@ class Calculator(GeneratedEnvironment[Puzzle]):
     `numbers_credit` times the share of the question's numbers the expression uses
     (matched as a multiset, over the larger of the two counts). Without it a random policy
     almost never writes a right expression and a run sees no signal (measured in
-    docs/07_environments.md); 0 and 0 make the game strict.
+    docs/07_environments.md); 0 and 0 make the game strict. Once most answers run and use
+    the right numbers the credit is a floor under a group's rewards: a trainer that divides
+    by the group's mean reward should measure it from that floor (docs/07 measures why).
 
     A group of episodes writes the same answer many times. With `reuse_results` (default), an
     answer that is only integers joined by + - * (`is_arithmetic`) runs in the sandbox the
@@ -181,7 +194,7 @@ class Calculator(GeneratedEnvironment[Puzzle]):
             for level in range(cls.max_level + 1)
             for _ in range(200)
         ]
-        feedback = "= 4, not 5 correct error: too long not a number but use each of once"
+        feedback = "= 4, not 5 correct error: too long not a number but use each of once in order"
         return [*questions, "0 1 2 3 4 5 6 7 8 9", "( ) + - * / ** %", feedback]
 
     async def _reset(self, task: Task) -> Observation:
@@ -223,13 +236,15 @@ class Calculator(GeneratedEnvironment[Puzzle]):
         if not isinstance(value, int | float) or isinstance(value, bool):
             return 0.0, f"= {printed[:100]}, not a number", info
         given = Counter(self._numbers)
-        if value == self._target and used == given:
+        if value == self._target and _in_order(tree) == self._numbers:
             return 1.0, "correct", info
         shared = sum((used & given).values()) / max(sum(used.values()), sum(given.values()))
         credit = self.runs_credit + self.numbers_credit * shared
         if value != self._target:
             return credit, f"= {printed[:100]}, not {self._target}", info
         listed = ", ".join(map(str, self._numbers))
+        if used == given:
+            return credit, f"= {self._target}, but use {listed} in order", info
         return credit, f"= {self._target}, but use each of {listed} exactly once", info
 
     async def _run(self, answer: str, tree: ast.Expression) -> tuple[ExecutionResult, bool]:
