@@ -82,6 +82,18 @@ async def test_the_numbers_must_be_in_the_questions_order(sandbox: Sandbox) -> N
     assert result.observation.text == "correct"
 
 
+async def test_the_order_is_the_written_order_at_every_level(sandbox: Sandbox) -> None:
+    # "a times b plus c" parses as (a * b) + c, whose tree lists c before a and b: the
+    # literals are read in the order they are written, not in the tree's.
+    tasks = [Task("calculator", seed=s, level=level) for level in (1, 2) for s in range(12)]
+    assert any(Calculator.question(Calculator.content(t)).split()[2] == "times" for t in tasks)
+    for task in tasks:
+        calculator = Calculator()
+        await calculator.reset(task)
+        answer = translate(Calculator.question(Calculator.content(task)))
+        assert (await calculator.step(Action(answer))).reward == 1.0, answer
+
+
 async def test_partial_credit_counts_what_ran_and_the_numbers_used(sandbox: Sandbox) -> None:
     task = Task("calculator", seed=6, level=1)
     (a, b, c), _ = Calculator.content(task)

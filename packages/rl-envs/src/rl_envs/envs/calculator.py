@@ -60,11 +60,7 @@ def numbers_used(expression: str) -> Counter[int] | None:
     """The integer literals of `expression` (parsed, never run, on the host), or None if
     it is not a Python expression."""
     tree = parse(expression)
-    return None if tree is None else _literals(tree)
-
-
-def _literals(tree: ast.Expression) -> Counter[int]:
-    return Counter(_in_order(tree))
+    return None if tree is None else Counter(_in_order(tree))
 
 
 def _in_order(tree: ast.Expression) -> tuple[int, ...]:
@@ -218,7 +214,8 @@ class Calculator(GeneratedEnvironment[Puzzle]):
         if tree is None:
             # Parsing is safe on the host; only running needs the sandbox.
             return 0.0, "error: SyntaxError: not a Python expression", {}
-        used = _literals(tree)
+        written = _in_order(tree)
+        used = Counter(written)
         result, reused = await self._run(answer, tree)
         info: Info = {
             "stopped": result.stopped,
@@ -236,7 +233,7 @@ class Calculator(GeneratedEnvironment[Puzzle]):
         if not isinstance(value, int | float) or isinstance(value, bool):
             return 0.0, f"= {printed[:100]}, not a number", info
         given = Counter(self._numbers)
-        if value == self._target and _in_order(tree) == self._numbers:
+        if value == self._target and written == self._numbers:
             return 1.0, "correct", info
         shared = sum((used & given).values()) / max(sum(used.values()), sum(given.values()))
         credit = self.runs_credit + self.numbers_credit * shared
