@@ -301,3 +301,40 @@ def test_per_token_advantages_hand_computed() -> None:
         grpo_loss(lp, lp, torch.zeros(3), mask, LossConfig())
     with pytest.raises(ValueError, match=r"for logprobs \[2, 2\], got \[2, 3\]"):
         grpo_loss(lp, lp, torch.zeros(2, 3), mask, LossConfig())
+
+
+def test_near_uniform_groups_keep_their_signs() -> None:
+    # Rewards a few ulps apart: a float32 mean falls below the group's lowest reward. Values
+    # computed in float64 by hand: mean 0.7 + 7.45e-9, population std 1.97e-8 (+ eps 1e-6).
+    std = group_advantages(torch.tensor([0.7] * 7 + [0.70000005]), 8, "std")
+    assert std[:7].max() < 0 < std[7]
+    assert std[7].item() == pytest.approx(0.0511, abs=2e-4)
+    assert std.sum().item() == pytest.approx(0.0, abs=1e-6)
+    # Magnitude ~70: the float32 `mean - min` turned negative and flipped every sign.
+    low, high = 70.42903137207031, 70.42903900146484
+    mean = group_advantages(torch.tensor([low] * 5 + [high]), 6, "mean")
+    assert mean[5].item() == pytest.approx(2.80, abs=0.01)
+    assert mean[:5].max() < 0
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    base=st.floats(-1e4, 1e4, allow_nan=False, width=32),
+    ulps=st.lists(st.integers(0, 4), min_size=2, max_size=32),
+    scale=st.sampled_from(["std", "mean", "none"]),
+)
+def test_advantages_of_any_group_sum_to_zero_and_keep_the_rewards_order(
+    base: float, ulps: list[int], scale: AdvantageScale
+) -> None:
+    # Near-uniform groups (continuous rewards, reward models) are where rounding bites.
+    rewards = torch.tensor([base] * len(ulps), dtype=torch.float32)
+    for _ in range(max(ulps)):
+        step = torch.tensor(ulps) > 0
+        rewards = torch.where(step, torch.nextafter(rewards, torch.tensor(math.inf)), rewards)
+        ulps = [max(0, u - 1) for u in ulps]
+    adv = group_advantages(rewards, len(rewards), scale)
+    spread = adv.abs().max().item()
+    assert adv.sum().item() == pytest.approx(0.0, abs=1e-5 * max(1.0, spread) * len(adv))
+    order = torch.argsort(rewards, stable=True)
+    assert bool((adv[order].diff() >= 0).all()), (rewards.tolist(), adv.tolist())
+    assert adv[torch.argmax(rewards)].item() >= 0.0

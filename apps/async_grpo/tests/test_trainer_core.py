@@ -116,3 +116,21 @@ def test_environment_tokens_of_a_multi_turn_response_are_not_trained() -> None:
     batch = pack([turns], pad_id=0)
     assert batch.response_mask.tolist() == [[1.0, 0.0, 0.0, 1.0]]
     assert batch.input_ids.tolist() == [[5, 1, 7, 7, 2]]  # still the whole context
+
+
+def test_a_checkpoint_with_dropout_trains_on_the_generators_log_probs(
+    tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    # A checkpoint with attention dropout (real ones ship 0.0 or 0.1): with dropout on in
+    # the trainer, its log-probs of the sampled tokens differed from the generator's by
+    # ~1.6e-2, so the importance ratio of even a sync step was not 1.
+    model = load_policy(str(tiny_checkpoint))
+    model.config.attention_dropout = 0.1
+    model.save_pretrained(str(tmp_path))
+    load_tokenizer(str(tiny_checkpoint)).save_pretrained(str(tmp_path))
+    sampling = SamplingConfig(group_size=4, max_new_tokens=6)
+    core, episodes = core_and_episodes(tmp_path, sampling, LossConfig())
+    assert core.model.config.attention_dropout == 0.1
+    stats = core.step(episodes, None)
+    assert stats.loss.ratio_mean == pytest.approx(1.0, abs=1e-5)
+    assert stats.loss.clip_frac == 0.0

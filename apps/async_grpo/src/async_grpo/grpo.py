@@ -57,17 +57,22 @@ def group_advantages(
         )
     if scale not in ("std", "mean", "none"):
         raise ValueError(f"scale must be 'std', 'mean' or 'none', got {scale!r}")
-    r = rewards.float().view(-1, group_size)
-    mean = r.mean(dim=1, keepdim=True)
+    # float64: rewards a few float32 ulps apart (continuous rewards, reward models) have a
+    # float32 mean that can fall outside the group's range, which gave every member of
+    # such a group one sign, or flipped them all under "mean". Every float32 value is
+    # exact in float64, and the clamp keeps a mean inside [min, max] whatever rounds.
+    r = rewards.double().view(-1, group_size)
+    low = r.min(dim=1, keepdim=True).values
+    mean = r.mean(dim=1, keepdim=True).clamp(low, r.max(dim=1, keepdim=True).values)
     centred = r - mean
     if scale == "std":
         centred = centred / (r.std(dim=1, keepdim=True, correction=0) + eps)
     elif scale == "mean":
-        centred = centred / (mean - r.min(dim=1, keepdim=True).values + eps)
-    # Decided on the rewards themselves, not on a float32 mean or std: those round, and a
-    # group of seven 0.7s would otherwise get a spurious ~0.06 advantage of one sign.
+        centred = centred / (mean - low + eps)
+    # Decided on the rewards themselves, not on a mean or std: those round, and a group of
+    # seven 0.7s would otherwise get a spurious advantage of one sign.
     uniform = (r == r[:, :1]).all(dim=1, keepdim=True)
-    return torch.where(uniform, torch.zeros_like(centred), centred).reshape(-1)
+    return torch.where(uniform, torch.zeros_like(centred), centred).reshape(-1).float()
 
 
 def turn_advantages(

@@ -104,6 +104,10 @@ class TrainerCore:
         world_size: int = 1,
     ) -> None:
         self.model, self.cfg, self.sampling = model, cfg, sampling
+        # Dropout off: the loss compares these log-probs with the generator's (which samples
+        # without dropout), so with it on not even a sync run would be on-policy. Gradients
+        # flow the same in eval mode; nothing here reads `model.training` otherwise.
+        model.train(False)
         self.vocab_size, self.pad_id, self.total_steps = vocab_size, pad_id, total_steps
         self.rank, self.world_size = rank, world_size
         self.optimizer = make_optimizer(model.parameters(), cfg)

@@ -75,7 +75,6 @@ class Trainer(Actor):
         torch.set_num_threads(1)
         torch.manual_seed(seed)
         model = load_policy(model_path, torch.float32)
-        model.train(True)
         sharded = cfg.procs > 1
         if sharded:
             rank, world = shard_model(model)
