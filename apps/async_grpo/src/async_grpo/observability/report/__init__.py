@@ -1,0 +1,1 @@
+"""observability/report"""
