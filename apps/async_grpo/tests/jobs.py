@@ -9,12 +9,12 @@ from pathlib import Path
 
 import async_grpo.controller
 import pytest
-from async_grpo.components import Components, spawn_components
-from async_grpo.config import RunConfig
-from async_grpo.controller import StepCallback
-from async_grpo.metrics import RunMetrics
-from async_grpo.metrics_sink import MetricsSink
-from async_grpo.prepare import Prepared
+from async_grpo.config.schema import RunConfig
+from async_grpo.controller.controller import StepCallback
+from async_grpo.launch.prepare import Prepared
+from async_grpo.launch.spawn import Components, spawn_components
+from async_grpo.observability.metrics import RunMetrics
+from async_grpo.observability.sink import MetricsSink
 
 
 def keep_components(monkeypatch: pytest.MonkeyPatch) -> list[Components]:

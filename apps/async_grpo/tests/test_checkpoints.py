@@ -6,8 +6,8 @@ from pathlib import Path
 
 import huggingface_hub.constants
 import pytest
-from async_grpo.checkpoints import CheckpointNotFound, locate_checkpoint
-from async_grpo.cli import main
+from async_grpo.cli.main import main
+from async_grpo.model.locate import CheckpointNotFound, locate_checkpoint
 
 MISSING_ID = "monarch-rl-tests/no-such-model"
 

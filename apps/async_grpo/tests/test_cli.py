@@ -5,9 +5,10 @@ from pathlib import Path
 import async_grpo.cli
 import async_grpo.controller
 import pytest
-from async_grpo.cli import build_config, main
-from async_grpo.presets import PRESETS, default_preset, qwen25_05b, tiny
-from async_grpo.training import NonFiniteError
+from async_grpo.cli.main import main
+from async_grpo.config.args import build_config
+from async_grpo.config.presets import PRESETS, default_preset, qwen25_05b, tiny
+from async_grpo.grpo.step import NonFiniteError
 from monarch.actor import ActorError
 
 

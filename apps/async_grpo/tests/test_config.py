@@ -3,10 +3,10 @@
 import re
 
 import pytest
-from async_grpo.arguments import apply_overrides, take_flag
-from async_grpo.config import ConfigError, RunConfig, validate
-from async_grpo.grpo import LossConfig
-from async_grpo.presets import ARCHS, PRESETS, tiny
+from async_grpo.config.args import apply_overrides, take_flag
+from async_grpo.config.presets import ARCHS, PRESETS, tiny
+from async_grpo.config.schema import ConfigError, LossConfig, RunConfig
+from async_grpo.config.validate import validate
 
 
 def test_overrides_set_typed_values_on_a_copy() -> None:

@@ -9,11 +9,11 @@ import importlib.util
 from pathlib import Path
 
 import pytest
-from async_grpo.arguments import apply_overrides
-from async_grpo.config import ConfigError
-from async_grpo.engines import check_engine, make_engine
-from async_grpo.prepare import prepare
-from async_grpo.presets import tiny
+from async_grpo.config.args import apply_overrides
+from async_grpo.config.presets import tiny
+from async_grpo.config.schema import ConfigError
+from async_grpo.generation.engines import check_engine, make_engine
+from async_grpo.launch.prepare import prepare
 
 
 def test_check_engine_names_the_problem(monkeypatch: pytest.MonkeyPatch) -> None:

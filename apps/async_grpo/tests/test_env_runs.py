@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 from async_grpo.actors.trainer import TrainResult
-from async_grpo.arguments import apply_overrides
-from async_grpo.config import ConfigError
-from async_grpo.metrics import StepRow
-from async_grpo.prepare import prepare
-from async_grpo.presets import calculator, pattern
+from async_grpo.config.args import apply_overrides
+from async_grpo.config.presets import calculator, pattern
+from async_grpo.config.schema import ConfigError
+from async_grpo.launch.prepare import prepare
+from async_grpo.observability.metrics import StepRow
 from jobs import keep_components, rows, run
 from rl_envs.sandbox import Sandbox, SandboxUnavailableError
 

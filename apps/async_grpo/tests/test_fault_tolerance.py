@@ -25,15 +25,16 @@ from typing import Any
 import jobs
 import pytest
 import torch
-from async_grpo import run_state
 from async_grpo.actors.trainer import TrainResult
-from async_grpo.arguments import apply_overrides
-from async_grpo.cli import main, run
-from async_grpo.config import RunConfig
-from async_grpo.ledger import Call, PromptLedger
-from async_grpo.metrics import StepRow
-from async_grpo.prepare import prepare
-from async_grpo.presets import tiny
+from async_grpo.checkpoint import state as run_state
+from async_grpo.cli.main import main
+from async_grpo.config.args import apply_overrides
+from async_grpo.config.presets import tiny
+from async_grpo.config.schema import RunConfig
+from async_grpo.controller.ledger import Call, PromptLedger
+from async_grpo.launch.prepare import prepare
+from async_grpo.observability.metrics import StepRow
+from async_grpo.train import run
 from jobs import keep_components, rows
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 

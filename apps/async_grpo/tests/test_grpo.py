@@ -5,14 +5,9 @@ import math
 
 import pytest
 import torch
-from async_grpo.grpo import (
-    AdvantageScale,
-    LossConfig,
-    group_advantages,
-    grpo_loss,
-    k3_kl,
-    turn_advantages,
-)
+from async_grpo.config.schema import AdvantageScale, LossConfig
+from async_grpo.grpo.advantages import group_advantages, turn_advantages
+from async_grpo.grpo.loss import grpo_loss, k3_kl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 from async_grpo.actors.trainer import TrainResult
-from async_grpo.metrics import StepRow
-from async_grpo.placement import PlacementConfig, three_local_hosts
-from async_grpo.prepare import prepare
-from async_grpo.presets import tiny
+from async_grpo.config.placement import PlacementConfig, three_local_hosts
+from async_grpo.config.presets import tiny
+from async_grpo.launch.prepare import prepare
+from async_grpo.observability.metrics import StepRow
 from jobs import keep_components, rows
 from jobs import run as run_job
 

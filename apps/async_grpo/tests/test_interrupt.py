@@ -7,8 +7,8 @@ import sys
 import time
 from pathlib import Path
 
-from async_grpo import run_checkpoint
-from async_grpo.run_checkpoint import verify
+from async_grpo.checkpoint import disk
+from async_grpo.checkpoint.disk import verify
 
 
 def descendants(pid: int) -> set[int]:
@@ -69,7 +69,7 @@ def test_sigint_stops_every_process(tmp_path: Path) -> None:
             time.sleep(0.5)
         assert not [p for p in children if alive(p)]
         # The step it stopped after is checkpointed, whole (`--resume` would continue it).
-        newest = run_checkpoint.complete(tmp_path)[-1]
+        newest = disk.complete(tmp_path)[-1]
         verify(newest)
         assert "--resume" in out
     finally:

@@ -8,10 +8,10 @@ import asyncio
 import json
 from pathlib import Path
 
-from async_grpo.arguments import apply_overrides
-from async_grpo.cli import run
-from async_grpo.prepare import prepare
-from async_grpo.presets import tiny
+from async_grpo.config.args import apply_overrides
+from async_grpo.config.presets import tiny
+from async_grpo.launch.prepare import prepare
+from async_grpo.train import run
 
 
 def test_fixed_seed_ci_run_learns(tmp_path: Path) -> None:

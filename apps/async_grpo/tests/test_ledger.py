@@ -3,10 +3,10 @@ and what a failure or a checkpoint does to them: nothing skipped, nothing traine
 
 from __future__ import annotations
 
-from async_grpo.ledger import Call, Held, LedgerState, PromptLedger
-from async_grpo.presets import tiny
-from async_grpo.prompts import derive_seed
-from async_grpo.recovery import episodes_lost_bound
+from async_grpo.config.presets import tiny
+from async_grpo.controller.ledger import Call, Held, LedgerState, PromptLedger
+from async_grpo.controller.recovery import episodes_lost_bound
+from async_grpo.seeds import derive_seed
 from rl_envs import Task
 
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from async_grpo.model import (
+from async_grpo.model.policy import (
     QWEN25_05B_ARCH,
     ArchSpec,
     load_policy,
@@ -12,7 +12,7 @@ from async_grpo.model import (
     qwen2_config,
     write_random_checkpoint,
 )
-from async_grpo.tokenizer import build_tokenizer
+from async_grpo.model.tokenizer import build_tokenizer
 from transformers import Qwen2ForCausalLM
 
 

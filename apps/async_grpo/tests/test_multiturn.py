@@ -8,13 +8,18 @@ import itertools
 from collections.abc import Sequence
 
 import pytest
-from async_grpo.batching import pack
-from async_grpo.config import EnvConfig
-from async_grpo.env_rollout import score_env_eval
-from async_grpo.environments import TaskSource, check_env_config, mean_by_env, parse_env_weights
-from async_grpo.multiturn import TurnBatcher, policy_text, policy_version
-from async_grpo.rollout import records_to_episodes
-from async_grpo.sampling import Completion
+from async_grpo.config.schema import EnvConfig
+from async_grpo.controller.evaluation import score_env_eval
+from async_grpo.generation.decoding import Completion
+from async_grpo.generation.episodes import records_to_episodes
+from async_grpo.generation.multiturn import TurnBatcher, policy_text, policy_version
+from async_grpo.grpo.batching import pack
+from async_grpo.tasks.environments import (
+    TaskSource,
+    check_env_config,
+    mean_by_env,
+    parse_env_weights,
+)
 from rl_envs import (
     EpisodeError,
     EpisodeRecord,

@@ -17,24 +17,22 @@ from pathlib import Path
 
 import async_grpo.controller
 import pytest
-from async_grpo.cli import main, run_failure
-from async_grpo.launchers import (
+from async_grpo.cli.main import main, run_failure
+from async_grpo.config.placement import PlacementConfig, SlurmConfig, three_local_hosts
+from async_grpo.launch.launchers import (
     KubernetesMesh,
     check_launcher,
     kubeconfig_file,
     kubernetes_meshes,
     slurm_job_args,
 )
-from async_grpo.placement import (
+from async_grpo.launch.placement import (
     Demand,
-    PlacementConfig,
     PlacementError,
     PlacementPlan,
-    SlurmConfig,
     describe,
     plan_placement,
     process_lost,
-    three_local_hosts,
 )
 from monarch._rust_bindings.monarch_hyperactor.supervision import SupervisionError
 

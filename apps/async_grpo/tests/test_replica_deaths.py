@@ -12,11 +12,11 @@ import torch
 from actor_service import ServiceConfig, spawn_service
 from async_grpo.actors.generator import Generator
 from async_grpo.actors.trainer import TrainResult
-from async_grpo.config import ModelConfig, SamplingConfig
-from async_grpo.metrics import StepRow
-from async_grpo.model import load_policy
-from async_grpo.prepare import prepare
-from async_grpo.presets import tiny
+from async_grpo.config.presets import tiny
+from async_grpo.config.schema import ModelConfig, SamplingConfig
+from async_grpo.launch.prepare import prepare
+from async_grpo.model.policy import load_policy
+from async_grpo.observability.metrics import StepRow
 from jobs import keep_components, rows, run
 from rdma_tensor import Publisher
 

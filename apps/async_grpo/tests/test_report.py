@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from async_grpo.report import ReportError, load_run, summarize, write_report
-from async_grpo.trace_files import load_trace
-from async_grpo.utilization import covered, pick_window, union, utilization
+from async_grpo.observability.report.build import ReportError, load_run, summarize, write_report
+from async_grpo.observability.report.utilization import covered, pick_window, union, utilization
+from async_grpo.tracing.files import load_trace
 
 sys.path.insert(0, os.path.dirname(__file__))
 from synthetic_runs import ProcessFile, Schedule, write_run, write_sweep

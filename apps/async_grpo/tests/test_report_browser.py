@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from async_grpo.report import load_run, summarize, write_report
+from async_grpo.observability.report.build import load_run, summarize, write_report
 
 sys.path.insert(0, os.path.dirname(__file__))
 from synthetic_runs import write_sweep

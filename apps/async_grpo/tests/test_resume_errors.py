@@ -10,12 +10,13 @@ from pathlib import Path
 
 import async_grpo.controller
 import pytest
-from async_grpo import run_checkpoint
-from async_grpo.arguments import apply_overrides
-from async_grpo.cli import main, run
-from async_grpo.config import ConfigError
-from async_grpo.prepare import prepare
-from async_grpo.presets import tiny
+from async_grpo.checkpoint import disk
+from async_grpo.cli.main import main
+from async_grpo.config.args import apply_overrides
+from async_grpo.config.presets import tiny
+from async_grpo.config.schema import ConfigError
+from async_grpo.launch.prepare import prepare
+from async_grpo.train import run
 from made_checkpoints import make_checkpoint, tree
 
 SPAWN_REFUSED = "a process would have been spawned"
@@ -148,7 +149,7 @@ def test_a_new_run_replaces_a_finished_one(
     captured = capsys.readouterr()
     assert SPAWN_REFUSED in captured.err
     assert "the finished run's checkpoints removed (1)" in captured.out
-    assert not run_checkpoint.complete(out)
+    assert not disk.complete(out)
 
 
 def test_a_run_started_from_code_over_an_unfinished_one_is_refused(

@@ -11,46 +11,46 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from async_grpo import run_checkpoint, run_state
-from async_grpo.config import DataConfig
-from async_grpo.environments import TaskSourceState
-from async_grpo.ledger import Call, Held, LedgerState
-from async_grpo.metrics import EvalResult, RunMetrics, Shown, StepRow
-from async_grpo.prompts import PromptStream, derive_seed
-from async_grpo.run_checkpoint import CheckpointError
-from async_grpo.run_state import ControllerState
-from async_grpo.tasks import Sample
+from async_grpo.checkpoint import disk
+from async_grpo.checkpoint import state as run_state
+from async_grpo.checkpoint.state import CheckpointError, ControllerState
+from async_grpo.config.schema import DataConfig
+from async_grpo.controller.ledger import Call, Held, LedgerState
+from async_grpo.observability.metrics import EvalResult, RunMetrics, Shown, StepRow
+from async_grpo.seeds import derive_seed
+from async_grpo.tasks.environments import TaskSourceState
+from async_grpo.tasks.prompts import PromptStream, Sample
 from rl_envs import Task
 
 
 def written(out: Path, version: int, files: dict[str, bytes]) -> Path:
-    partial = run_checkpoint.begin(out, version)
+    partial = disk.begin(out, version)
     for name, data in files.items():
         (partial / name).parent.mkdir(parents=True, exist_ok=True)
         (partial / name).write_bytes(data)
-    return run_checkpoint.finish(partial, version, trainer_procs=2, holds=["a", "b"])
+    return disk.finish(partial, version, trainer_procs=2, holds=["a", "b"])
 
 
 def test_a_checkpoint_is_complete_only_once_renamed(tmp_path: Path) -> None:
-    partial = run_checkpoint.begin(tmp_path, 5)
+    partial = disk.begin(tmp_path, 5)
     (partial / "x").write_bytes(b"half")
-    assert run_checkpoint.complete(tmp_path) == []  # a write in progress is invisible
+    assert disk.complete(tmp_path) == []  # a write in progress is invisible
     final = written(tmp_path, 5, {"x": b"data", "trainer/r0": b"12345"})
     assert final.name == "step-000005"
-    manifest = run_checkpoint.verify(final)
+    manifest = disk.verify(final)
     assert (manifest.version, manifest.trainer_procs, manifest.holds) == (5, 2, ("a", "b"))
     assert {(f.path, f.bytes) for f in manifest.files} == {("x", 4), ("trainer/r0", 5)}
-    run_checkpoint.remove_partials(tmp_path)
+    disk.remove_partials(tmp_path)
     assert not partial.exists()
-    assert run_checkpoint.complete(tmp_path) == [final]
+    assert disk.complete(tmp_path) == [final]
 
 
 def test_only_the_newest_are_kept(tmp_path: Path) -> None:
     for v in (2, 4, 6, 8):
         written(tmp_path, v, {"x": bytes([v])})
-    removed = run_checkpoint.prune(tmp_path, keep=2)
+    removed = disk.prune(tmp_path, keep=2)
     assert [p.name for p in removed] == ["step-000002", "step-000004"]
-    assert [p.name for p in run_checkpoint.complete(tmp_path)] == ["step-000006", "step-000008"]
+    assert [p.name for p in disk.complete(tmp_path)] == ["step-000006", "step-000008"]
 
 
 def test_damage_is_named(tmp_path: Path) -> None:
@@ -60,30 +60,30 @@ def test_damage_is_named(tmp_path: Path) -> None:
     with pytest.raises(
         CheckpointError, match=r"a.bin has 2 bytes, the manifest says 6 \(truncated\)"
     ):
-        run_checkpoint.verify(final)
+        disk.verify(final)
     (final / "a.bin").write_bytes(b"abcdeF")
     with pytest.raises(CheckpointError, match=r"a\.bin does not match the sha256.*corrupted"):
-        run_checkpoint.verify(final)
+        disk.verify(final)
     (final / "a.bin").write_bytes(b"abcdef")
     (final / "b.bin").unlink()
     with pytest.raises(CheckpointError, match=r"b\.bin is missing"):
-        run_checkpoint.verify(final)
-    (final / run_checkpoint.MANIFEST).write_text("{not json")
+        disk.verify(final)
+    (final / disk.MANIFEST).write_text("{not json")
     with pytest.raises(CheckpointError, match="not a readable checkpoint manifest"):
-        run_checkpoint.verify(final)
-    os.remove(final / run_checkpoint.MANIFEST)
+        disk.verify(final)
+    os.remove(final / disk.MANIFEST)
     with pytest.raises(CheckpointError, match=r"is incomplete: it has no manifest\.json"):
-        run_checkpoint.verify(final)
-    assert run_checkpoint.complete(tmp_path) == []
+        disk.verify(final)
+    assert disk.complete(tmp_path) == []
 
 
 def test_another_format_is_refused(tmp_path: Path) -> None:
     final = written(tmp_path, 1, {"x": b"1"})
-    raw = json.loads((final / run_checkpoint.MANIFEST).read_text())
+    raw = json.loads((final / disk.MANIFEST).read_text())
     raw["format_version"] = 99
-    (final / run_checkpoint.MANIFEST).write_text(json.dumps(raw))
+    (final / disk.MANIFEST).write_text(json.dumps(raw))
     with pytest.raises(CheckpointError, match="format version 99"):
-        run_checkpoint.verify(final)
+        disk.verify(final)
 
 
 def full_state() -> ControllerState:

@@ -15,12 +15,12 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from async_grpo.arguments import apply_overrides
-from async_grpo.cli import run
-from async_grpo.prepare import prepare
-from async_grpo.presets import tiny
-from async_grpo.report import load_run, summarize, write_report
-from async_grpo.trace_files import load_trace
+from async_grpo.config.args import apply_overrides
+from async_grpo.config.presets import tiny
+from async_grpo.launch.prepare import prepare
+from async_grpo.observability.report.build import load_run, summarize, write_report
+from async_grpo.tracing.files import load_trace
+from async_grpo.train import run
 
 sys.path.insert(0, os.path.dirname(__file__))
 from synthetic_runs import assert_well_formed

@@ -6,16 +6,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from async_grpo.batching import pack, sequence_logprobs
-from async_grpo.config import SamplingConfig
-from async_grpo.model import load_policy, load_tokenizer
-from async_grpo.rollout import to_episodes
-from async_grpo.sampling import (
-    generate,
-    masked_logits,
-    token_logprobs,
-    token_logprobs_and_entropy,
-)
+from async_grpo.config.schema import SamplingConfig
+from async_grpo.generation.decoding import generate
+from async_grpo.generation.episodes import to_episodes
+from async_grpo.grpo.batching import pack, sequence_logprobs
+from async_grpo.grpo.logprobs import masked_logits, token_logprobs, token_logprobs_and_entropy
+from async_grpo.model.policy import load_policy, load_tokenizer
 
 
 def test_masked_logits_top_p_keeps_the_smallest_nucleus() -> None:

@@ -13,15 +13,16 @@ import pytest
 import torch
 from async_grpo.actors.buffer import BufferActor
 from async_grpo.actors.generator import Generator
-from async_grpo.arguments import apply_overrides
-from async_grpo.broadcast import sync_weights
-from async_grpo.components import Components, TrainerMesh, shutdown, spawn_components, spawn_trainer
-from async_grpo.config import RunConfig
-from async_grpo.ledger import PromptLedger
-from async_grpo.loop import generate_episode
-from async_grpo.metrics import RunMetrics
-from async_grpo.prepare import prepare
-from async_grpo.presets import tiny
+from async_grpo.config.args import apply_overrides
+from async_grpo.config.presets import tiny
+from async_grpo.config.schema import RunConfig
+from async_grpo.controller.broadcast import sync_weights
+from async_grpo.controller.ledger import PromptLedger
+from async_grpo.controller.rollout import generate_episode
+from async_grpo.launch.prepare import prepare
+from async_grpo.launch.spawn import Components, shutdown, spawn_components
+from async_grpo.launch.trainer import TrainerMesh, spawn_trainer
+from async_grpo.observability.metrics import RunMetrics
 from dtensor_reshard import ShardedManifest
 from rdma_tensor import Manifest
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import async_grpo.sweep
 import pytest
-from async_grpo import report
-from async_grpo.config import ConfigError
-from async_grpo.presets import tiny
-from async_grpo.sweep import configs, main, parse_ages
+from async_grpo.cli.sweep import configs, main, parse_ages
+from async_grpo.config.presets import tiny
+from async_grpo.config.schema import ConfigError
+from async_grpo.observability.report import build as report
 
 sys.path.insert(0, os.path.dirname(__file__))
 from synthetic_runs import write_run

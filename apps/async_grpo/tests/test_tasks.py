@@ -5,8 +5,14 @@ import random
 from pathlib import Path
 
 import pytest
-from async_grpo.rewards import combined, count_score, exact_match, number_format, numeric_answer
-from async_grpo.tasks import arithmetic_sample, count_sample, load_hf_dataset, load_jsonl
+from async_grpo.tasks.prompts import arithmetic_sample, count_sample, load_hf_dataset, load_jsonl
+from async_grpo.tasks.rewards import (
+    combined,
+    count_score,
+    exact_match,
+    number_format,
+    numeric_answer,
+)
 
 
 def test_count_sample() -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 import cloudpickle  # type: ignore[import-untyped]
 import pytest
 from async_grpo import tracing
-from async_grpo.trace_files import Trace, TraceError, load_trace, merge
+from async_grpo.tracing.files import Trace, TraceError, load_trace, merge
 from monarch.actor import Actor, endpoint, this_host
 
 sys.path.insert(0, os.path.dirname(__file__))

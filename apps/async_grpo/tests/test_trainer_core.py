@@ -7,13 +7,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from async_grpo.batching import pack
-from async_grpo.config import SamplingConfig, TrainerConfig
-from async_grpo.grpo import LossConfig
-from async_grpo.model import load_policy, load_tokenizer
-from async_grpo.rollout import to_episodes
-from async_grpo.sampling import Completion, generate
-from async_grpo.training import NonFiniteError, TrainerCore, check_finite
+from async_grpo.config.schema import LossConfig, SamplingConfig, TrainerConfig
+from async_grpo.generation.decoding import Completion, generate
+from async_grpo.generation.episodes import to_episodes
+from async_grpo.grpo.batching import pack
+from async_grpo.grpo.step import NonFiniteError, TrainerCore, check_finite
+from async_grpo.model.policy import load_policy, load_tokenizer
 from replay_buffer import Episode
 
 

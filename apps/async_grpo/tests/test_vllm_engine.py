@@ -23,19 +23,19 @@ import pytest
 import torch
 from async_grpo.actors.buffer import BufferActor
 from async_grpo.actors.generator import Generator
-from async_grpo.arguments import apply_overrides
-from async_grpo.batching import pack, sequence_logprobs
-from async_grpo.broadcast import sync_weights
-from async_grpo.components import shutdown, spawn_components
-from async_grpo.config import GeneratorConfig, ModelConfig, SamplingConfig
-from async_grpo.ledger import PromptLedger
-from async_grpo.loop import generate_episode
-from async_grpo.metrics import RunMetrics
-from async_grpo.model import load_policy, load_tokenizer, write_random_checkpoint
-from async_grpo.prepare import prepare
-from async_grpo.presets import TINY_ARCH, tiny
-from async_grpo.rollout import to_episodes
-from async_grpo.sampling import Completion
+from async_grpo.config.args import apply_overrides
+from async_grpo.config.presets import TINY_ARCH, tiny
+from async_grpo.config.schema import GeneratorConfig, ModelConfig, SamplingConfig
+from async_grpo.controller.broadcast import sync_weights
+from async_grpo.controller.ledger import PromptLedger
+from async_grpo.controller.rollout import generate_episode
+from async_grpo.generation.decoding import Completion
+from async_grpo.generation.episodes import to_episodes
+from async_grpo.grpo.batching import pack, sequence_logprobs
+from async_grpo.launch.prepare import prepare
+from async_grpo.launch.spawn import shutdown, spawn_components
+from async_grpo.model.policy import load_policy, load_tokenizer, write_random_checkpoint
+from async_grpo.observability.metrics import RunMetrics
 from dtensor_reshard import ShardedManifest
 from monarch.actor import Actor, MeshFailure, ProcMesh, endpoint, this_host
 from rdma_tensor import Publisher

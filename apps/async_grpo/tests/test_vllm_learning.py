@@ -11,10 +11,10 @@ import os
 from pathlib import Path
 
 import pytest
-from async_grpo.arguments import apply_overrides
-from async_grpo.cli import run
-from async_grpo.prepare import prepare
-from async_grpo.presets import tiny
+from async_grpo.config.args import apply_overrides
+from async_grpo.config.presets import tiny
+from async_grpo.launch.prepare import prepare
+from async_grpo.train import run
 
 if os.environ.get("ASYNC_GRPO_REQUIRE_VLLM") == "1":  # the nox session: fail, never skip
     importlib.import_module("vllm")

@@ -5,9 +5,8 @@ from __future__ import annotations
 from monarch.actor import Actor, endpoint
 
 from async_grpo import tracing
-from async_grpo.config import DataConfig
-from async_grpo.prompts import PromptStream
-from async_grpo.tasks import Sample
+from async_grpo.config.schema import DataConfig
+from async_grpo.tasks.prompts import PromptStream, Sample
 
 
 class DatasetActor(Actor):

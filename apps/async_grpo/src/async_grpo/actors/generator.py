@@ -18,11 +18,11 @@ import torch
 from monarch.actor import Actor, endpoint
 
 from async_grpo import tracing
-from async_grpo.config import GeneratorConfig, ModelConfig, SamplingConfig
-from async_grpo.engines import make_engine
-from async_grpo.engines.hf import HFEngine
-from async_grpo.sampling import Completion
-from async_grpo.weight_sync import WeightSync, WeightUpdate
+from async_grpo.config.schema import GeneratorConfig, ModelConfig, SamplingConfig
+from async_grpo.generation.decoding import Completion
+from async_grpo.generation.engines import make_engine
+from async_grpo.generation.engines.hf import HFEngine
+from async_grpo.weight_sync.publish import WeightSync, WeightUpdate
 
 
 class Generator(Actor):

@@ -7,9 +7,9 @@ from monarch.actor import Actor, endpoint
 from replay_buffer import Episode
 
 from async_grpo import tracing
-from async_grpo.batching import pack, sequence_logprobs
-from async_grpo.config import SamplingConfig
-from async_grpo.model import load_policy, load_tokenizer
+from async_grpo.config.schema import SamplingConfig
+from async_grpo.grpo.batching import pack, sequence_logprobs
+from async_grpo.model.policy import load_policy, load_tokenizer
 
 
 class ReferenceModel(Actor):

@@ -24,13 +24,13 @@ from replay_buffer import Episode
 from torch import Tensor
 
 from async_grpo import tracing
-from async_grpo.config import SamplingConfig, TrainerConfig
-from async_grpo.grpo import LossStats
-from async_grpo.model import load_policy, load_tokenizer
-from async_grpo.sharding import shard_model
-from async_grpo.trainer_state import CheckpointWriter, load_trainer_state
-from async_grpo.training import TrainerCore
-from async_grpo.weight_sync import TrainerPublisher, WeightPart, WeightUpdate
+from async_grpo.checkpoint.trainer_state import CheckpointWriter, load_trainer_state
+from async_grpo.config.schema import SamplingConfig, TrainerConfig
+from async_grpo.grpo.loss import LossStats
+from async_grpo.grpo.step import TrainerCore
+from async_grpo.model.policy import load_policy, load_tokenizer
+from async_grpo.model.sharding import shard_model
+from async_grpo.weight_sync.publish import TrainerPublisher, WeightPart, WeightUpdate
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,20 +12,15 @@ checkpoint's. A trainer that dies mid-run is restored from the same kind of cut
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 from pathlib import Path
 from typing import Any
 
-import torch
-from replay_buffer import ReplayBuffer, ReplayBufferConfig
-
-from async_grpo import run_checkpoint, run_state
-from async_grpo.arguments import config_keys, parse, take_flag
-from async_grpo.config import ConfigError, RunConfig
-from async_grpo.metrics_sink import METRICS_FILE, PROMPTS_FILE
-from async_grpo.run_checkpoint import CheckpointError
-from async_grpo.run_state import ControllerState
+from async_grpo.checkpoint import disk
+from async_grpo.checkpoint.disk import CONFIG_FILE
+from async_grpo.checkpoint.state import CheckpointError
+from async_grpo.config.args import build_config, config_keys, parse, take_flag
+from async_grpo.config.schema import ConfigError, RunConfig
 
 MAY_CHANGE: tuple[str, ...] = (
     "steps",
@@ -59,50 +54,22 @@ hosts, how failures are handled. Everything else decides what is trained and mus
 `steps` also sets the length of a cosine learning-rate schedule, so changing it reshapes
 the remaining schedule."""
 
-CONFIG_FILE = "config.json"
-CONTROLLER_FILE = "controller.json"
-BUFFER_FILE = "buffer.pt"
-TRAINER_DIR = "trainer"
-
-
-@dataclasses.dataclass(frozen=True)
-class Cut:
-    """A consistent point of a run to continue from: `checkpoint`, the directory it was read
-    from (None: the run's start, nothing on disk); the controller's state; the buffer's
-    `state_dict` (None: empty); the metrics rows and trained-prompt rows up to its version
-    (the text of the two JSONL files)."""
-
-    checkpoint: Path | None
-    controller: ControllerState
-    buffer: dict[str, Any] | None
-    metrics_rows: str
-    prompt_rows: str
-
-    @property
-    def version(self) -> int:
-        return self.controller.version
-
-    @property
-    def trainer(self) -> Path | None:
-        """The trainer's distributed checkpoint, or None at the run's start."""
-        return None if self.checkpoint is None else self.checkpoint / TRAINER_DIR
-
 
 def find_checkpoint(target: str, out_dir: Path) -> Path:
     """The checkpoint `--resume TARGET` names ("": the newest of `out_dir`)."""
     where = Path(target) if target else out_dir
     if where.is_file():
         raise ConfigError(f"--resume: {where} is a file; give a checkpoint or a run directory")
-    if (where / run_checkpoint.MANIFEST).exists() or run_checkpoint.version_of(where) is not None:
+    if (where / disk.MANIFEST).exists() or disk.version_of(where) is not None:
         return where
     for root in (where, where.parent):  # a run directory, or its checkpoints directory
-        found = run_checkpoint.complete(root)
+        found = disk.complete(root)
         if found:
             return found[-1]
     if target and not where.exists():
         raise ConfigError(f"--resume: {where} does not exist")
     raise ConfigError(
-        f"--resume: no checkpoint in {run_checkpoint.checkpoints_dir(where)} (a run writes one "
+        f"--resume: no checkpoint in {disk.checkpoints_dir(where)} (a run writes one "
         "every --checkpoint.every steps, at its end and on Ctrl-C); start without --resume"
     )
 
@@ -140,12 +107,8 @@ def check_compatible(path: Path, saved: RunConfig, cfg: RunConfig) -> None:
 def check_newest(path: Path, out_dir: Path) -> None:
     """Resuming an older checkpoint into a run directory that holds newer ones would
     overwrite them as the run reaches their versions: refused."""
-    version = run_checkpoint.version_of(path) or 0
-    newer = [
-        p.name
-        for p in run_checkpoint.complete(out_dir)
-        if (run_checkpoint.version_of(p) or 0) > version
-    ]
+    version = disk.version_of(path) or 0
+    newer = [p.name for p in disk.complete(out_dir) if (disk.version_of(p) or 0) > version]
     if newer:
         raise ConfigError(
             f"--resume: {out_dir} holds checkpoints newer than {path.name} ({', '.join(newer)}) "
@@ -157,7 +120,7 @@ def check_fresh_start(out_dir: Path) -> None:
     """A new run (no `--resume`) replaces what `out_dir` holds, the checkpoints of a finished
     run included; the checkpoints of a run that stopped before its last step (interrupted,
     killed, or out of time) are refused instead: `--resume` is how to continue it."""
-    found = run_checkpoint.complete(out_dir)
+    found = disk.complete(out_dir)
     if not found:
         return
     newest = found[-1]
@@ -165,13 +128,13 @@ def check_fresh_start(out_dir: Path) -> None:
         steps: int | None = saved_config(newest).steps
     except CheckpointError:
         steps = None
-    if steps is not None and (run_checkpoint.version_of(newest) or 0) >= steps:
+    if steps is not None and (disk.version_of(newest) or 0) >= steps:
         return
     of = f" of {steps} steps" if steps is not None else ""
     raise ConfigError(
         f"{out_dir} holds the checkpoints of a run that did not finish (the newest is "
         f"{newest.name}{of}): `--resume` continues it; to start a new run there, delete "
-        f"{run_checkpoint.checkpoints_dir(out_dir)} first, or give another --out_dir"
+        f"{disk.checkpoints_dir(out_dir)} first, or give another --out_dir"
     )
 
 
@@ -180,31 +143,7 @@ def start_fresh(out_dir: Path) -> list[Path]:
     that did not finish, else deletes the finished run's checkpoints; returns those
     deleted. Pruning and `--resume` then only ever see the new run's checkpoints."""
     check_fresh_start(out_dir)
-    return run_checkpoint.prune(out_dir, keep=0)
-
-
-def read_cut(path: Path, buffer_config: ReplayBufferConfig) -> Cut:
-    """Checkpoint `path` read back and checked whole (every file's size and hash, the
-    controller's state, the buffer's state against the run's buffer config)."""
-    manifest = run_checkpoint.verify(path)
-    controller = run_state.parse((path / CONTROLLER_FILE).read_text())
-    if controller.version != manifest.version:
-        raise CheckpointError(
-            f"{path}: its controller state is of version {controller.version}, its manifest "
-            f"says {manifest.version}"
-        )
-    try:
-        state = torch.load(io.BytesIO((path / BUFFER_FILE).read_bytes()), weights_only=True)
-        ReplayBuffer(buffer_config).load_state_dict(state)  # checks it, here
-    except (ValueError, RuntimeError, OSError) as e:
-        raise CheckpointError(f"{path / BUFFER_FILE}: {e}") from None
-    return Cut(
-        checkpoint=path,
-        controller=controller,
-        buffer=state,
-        metrics_rows=(path / METRICS_FILE).read_text(),
-        prompt_rows=(path / PROMPTS_FILE).read_text(),
-    )
+    return disk.prune(out_dir, keep=0)
 
 
 def _may_change(key: str) -> bool:
@@ -231,10 +170,24 @@ def split_resume(argv: list[str]) -> tuple[str | None, list[str]]:
 def resume_hint(out_dir: str) -> str:
     """How to continue a run that ended early, or that nothing can continue (no
     checkpoint yet)."""
-    newest = run_checkpoint.complete(Path(out_dir))
+    newest = disk.complete(Path(out_dir))
     if not newest:
         return "no checkpoint was written yet"
     return (
         f"the newest checkpoint is {newest[-1]}: `uv run async-grpo --resume --out_dir "
         f"{out_dir}` continues from it"
     )
+
+
+def resume_config(target: str, argv: list[str], help_text: str = "") -> tuple[RunConfig, Path]:
+    """The config of a resumed run and its checkpoint: the checkpoint's config with `argv`
+    applied on top (with `--preset`: the preset's, as without `--resume`), checked against
+    the checkpoint's (`resume.MAY_CHANGE`)."""
+    given = build_config(argv, help_text)
+    path = find_checkpoint(target, Path(given.out_dir))
+    saved = saved_config(path)
+    with_preset = any(a == "--preset" or a.startswith("--preset=") for a in argv)
+    cfg = given if with_preset else parse(argv, saved)
+    check_compatible(path, saved, cfg)
+    check_newest(path, Path(cfg.out_dir))
+    return cfg, path

@@ -14,12 +14,16 @@ import json
 import types
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
-from async_grpo.environments import TaskSourceState
-from async_grpo.ledger import LedgerState
-from async_grpo.metrics import MetricsState
-from async_grpo.run_checkpoint import CheckpointError
+from async_grpo.controller.ledger import LedgerState
+from async_grpo.observability.metrics import MetricsState
+from async_grpo.tasks.environments import TaskSourceState
 
 T = TypeVar("T")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint (or a part of one read back) is missing, incomplete, damaged or of another
+    format."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -30,7 +30,7 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import AsyncSaveResponse, async_save
 
-from async_grpo.training import TrainerCore
+from async_grpo.grpo.step import TrainerCore
 
 # DCP warns on every call made without a process group (also from its writer thread); one
 # process is meant so.

@@ -1,1 +1,1 @@
-"""cli"""
+"""The `async-grpo` command: a training run (`main`), `report` and `sweep`."""

@@ -24,8 +24,11 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from async_grpo.arguments import take_flag
-from async_grpo.config import ConfigError, RunConfig, validate
+from async_grpo.config.args import build_config, take_flag
+from async_grpo.config.schema import ConfigError, RunConfig
+from async_grpo.config.validate import validate
+from async_grpo.launch.prepare import prepare
+from async_grpo.train import run
 
 DEFAULT_AGES = (0, 1, 2, 4)
 DEFAULT_STEPS = 200
@@ -74,9 +77,6 @@ def sweep(
     """Runs `base` once per bound in `ages` into `root/age-<K>`, writes `root/sweep.json`
     after each run (so a sweep cut short still has a report of the runs it finished), and
     returns the runs."""
-    from async_grpo.cli import run  # noqa: PLC0415 - the CLI imports this module
-    from async_grpo.prepare import prepare  # noqa: PLC0415
-
     cfgs = configs(base, ages, root)
     root.mkdir(parents=True, exist_ok=True)
     done: list[SweepRun] = []
@@ -108,8 +108,8 @@ def sweep(
 def main(argv: list[str]) -> int:
     """`async-grpo sweep [--ages 0,1,2,4] [run options]`: exit status 0, 2 on bad input (one
     line on stderr, nothing run), 130 when interrupted."""
-    from async_grpo.cli import build_config  # noqa: PLC0415
-    from async_grpo.report import write_report  # noqa: PLC0415
+    # plotly is imported only here, when the report is written
+    from async_grpo.observability.report.build import write_report  # noqa: PLC0415
 
     if argv and argv[0] in ("-h", "--help"):
         print(__doc__)

@@ -22,7 +22,8 @@ from typing import Any
 import tyro
 from tyro import _errors as tyro_errors
 
-from async_grpo.config import ConfigError, RunConfig
+from async_grpo.config.presets import PRESETS, default_preset
+from async_grpo.config.schema import ConfigError, RunConfig
 
 
 def _parse_bool(raw: str) -> bool:
@@ -164,3 +165,23 @@ def apply_overrides(cfg: RunConfig, overrides: dict[str, str]) -> RunConfig:
     a bad key or value raises `ConfigError` and `cfg` itself is never modified.
     """
     return parse([f"--{key}={value}" for key, value in overrides.items()], cfg)
+
+
+def split_preset(argv: list[str]) -> tuple[str, list[str]]:
+    """Takes `--preset NAME` (or `--preset=NAME`) out of `argv`: (preset, the rest)."""
+    preset, rest = take_flag(argv, "--preset")
+    if preset is None:
+        return default_preset(), rest
+    if preset not in PRESETS:
+        raise ConfigError(f"--preset: unknown preset {preset!r}; known: {sorted(PRESETS)}")
+    return preset, rest
+
+
+def build_config(argv: list[str], help_text: str = "") -> RunConfig:
+    """The `RunConfig` of a command line: the preset's, with every `--section.field value`
+    applied. Raises `ConfigError` on bad input; `--help` prints `help_text`, the presets and
+    every option, and raises `SystemExit(0)`."""
+    preset, rest = split_preset(argv)
+    presets = ", ".join(f"{name} (default here)" if name == preset else name for name in PRESETS)
+    description = f"{help_text}\nPresets: {presets}. The defaults below are {preset}'s."
+    return parse(rest, PRESETS[preset](), description=description)

@@ -13,19 +13,19 @@ from collections.abc import Callable
 
 import torch
 
-from async_grpo.config import (
+from async_grpo.config.schema import (
     BufferConfig,
     DataConfig,
     EnvConfig,
     GeneratorConfig,
+    LossConfig,
     ModelConfig,
     RewardConfig,
     RunConfig,
     SamplingConfig,
     TrainerConfig,
 )
-from async_grpo.grpo import LossConfig
-from async_grpo.model import QWEN25_05B_ARCH, ArchSpec
+from async_grpo.model.policy import QWEN25_05B_ARCH, ArchSpec
 
 TINY_ARCH = ArchSpec(
     hidden_size=128,

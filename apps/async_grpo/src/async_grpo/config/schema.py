@@ -10,13 +10,45 @@ are properties of `RunConfig`, computed there and nowhere else.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Annotated, Literal
 
 import tyro
 
-from async_grpo.grpo import AdvantageScale, LossConfig
-from async_grpo.placement import PlacementConfig
+from async_grpo.config.placement import PlacementConfig
+
+ImportanceMode = Literal["clip", "truncate"]
+
+
+AdvantageScale = Literal["std", "mean", "none"]
+"""What a group's centred rewards are divided by: "std" their standard deviation (GRPO),
+"mean" their mean measured from the group's lowest reward, mean(r) - min(r) (MaxRL, Tajwar
+et al. 2026, made shift-invariant: for 0/1 rewards it is MaxRL's mean, and the expected
+update is the gradient of log P(success), the supervised gradient of the right answer),
+"none" nothing."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LossConfig:
+    """How the policy-gradient term is formed; ρ is the ratio of the current policy to the
+    behavior policy that sampled the token.
+
+    `importance="clip"`: PPO's clipped surrogate, min(ρA, clip(ρ, 1-ε, 1+ε)A).
+    `importance="truncate"`: truncated importance weights, -min(ρ, `truncate_cap`)·A·log π
+    with the weight held constant (no gradient through it). The entropy bonus keeps the
+    policy exploring where a group would otherwise settle on one answer, since a group whose
+    answers are all equal gives no gradient.
+    """
+
+    clip_eps: float = 0.2
+    """ε of the clipped surrogate: ρ is clipped to [1 - ε, 1 + ε] (importance="clip")."""
+    importance: ImportanceMode = "clip"
+    """Off-policy correction: PPO-style "clip" or truncated importance weights "truncate"."""
+    truncate_cap: float = 2.0
+    """Largest importance weight (importance="truncate"), >= 1."""
+    kl_coef: float = 0.0
+    """Weight of the k3 KL to the reference model in the loss; 0 turns it off."""
+    entropy_coef: float = 0.0
+    """Weight of the entropy bonus (mean entropy at the sampled positions, subtracted)."""
 
 
 class ConfigError(ValueError):
@@ -196,7 +228,7 @@ class BufferConfig:
 @dataclasses.dataclass
 class CheckpointConfig:
     """Checkpoints of the whole run (trainer, buffer, prompt position, metrics, config) under
-    `<out_dir>/checkpoints/step-NNNNNN/`; `--resume` continues the newest (`run_checkpoint`)."""
+    `<out_dir>/checkpoints/step-NNNNNN/`; `--resume` continues the newest (`disk`)."""
 
     every: int = 100
     """Train steps between checkpoints; one is also written at the end and on Ctrl-C/SIGTERM."""
@@ -252,101 +284,3 @@ class RunConfig:
         """The staleness bound the run uses: `buffer.max_policy_age` in async mode, 0 in sync
         mode (generation pauses until the trainer's new weights arrive)."""
         return self.buffer.max_policy_age if self.mode == "async" else 0
-
-
-def validate(cfg: RunConfig) -> None:
-    """Raises `ConfigError` naming the first problem: each field's own range first, then
-    how fields fit together (so `--trainer.batch_size 0` is about the batch size, not about
-    the groups it would hold)."""
-    d, s, t, loss = cfg.data, cfg.sampling, cfg.trainer, cfg.trainer.loss
-    inf = float("inf")
-    ranges: list[tuple[str, bool, str]] = [
-        ("steps", cfg.steps >= 1, ">= 1"),
-        ("rollout_loops", cfg.rollout_loops >= 1, ">= 1"),
-        ("window", cfg.window >= 1, ">= 1"),
-        ("eval_every", cfg.eval_every >= 0, ">= 0 (0 turns evaluation off)"),
-        ("eval_prompts", cfg.eval_prompts >= 1, ">= 1"),
-        ("log_every", cfg.log_every >= 1, ">= 1"),
-        ("out_dir", bool(cfg.out_dir.strip()), "a directory path"),
-        ("stop_at_reward", cfg.stop_at_reward >= 0, ">= 0 (0: never stop early)"),
-        ("max_minutes", cfg.max_minutes > 0, "> 0"),
-        ("data.min_n", d.min_n >= 1, ">= 1"),
-        ("sampling.group_size", s.group_size >= 2, ">= 2 (GRPO compares answers)"),
-        ("sampling.max_new_tokens", s.max_new_tokens >= 1, ">= 1"),
-        ("sampling.temperature", s.temperature > 0, "> 0"),
-        ("sampling.top_p", 0 < s.top_p <= 1, "in (0, 1]"),
-        ("generator.replicas", cfg.generator.replicas >= 1, ">= 1"),
-        ("generator.prompts_per_call", cfg.generator.prompts_per_call >= 1, ">= 1"),
-        ("generator.kv_cache_gib", 0 < cfg.generator.kv_cache_gib < float("inf"), "> 0"),
-        ("generator.tensor_parallel", cfg.generator.tensor_parallel >= 1, ">= 1"),
-        ("generator.kv_block_tokens", cfg.generator.kv_block_tokens >= 0, ">= 0 (0: vLLM's)"),
-        ("reward.replicas", cfg.reward.replicas >= 1, ">= 1"),
-        ("trainer.lr", 0 < t.lr < float("inf"), "> 0 and finite"),
-        ("trainer.adam_beta2", 0 < t.adam_beta2 < 1, "in (0, 1)"),
-        ("trainer.warmup_steps", t.warmup_steps >= 0, ">= 0"),
-        ("trainer.min_lr_ratio", 0 <= t.min_lr_ratio <= 1, "in [0, 1]"),
-        ("trainer.weight_decay", 0 <= t.weight_decay < float("inf"), ">= 0 and finite"),
-        ("trainer.grad_clip", t.grad_clip > 0, "> 0"),
-        ("trainer.batch_size", t.batch_size >= 1, ">= 1"),
-        ("trainer.procs", t.procs >= 1, ">= 1"),
-        ("trainer.loss.clip_eps", loss.clip_eps > 0, "> 0"),
-        ("trainer.loss.truncate_cap", loss.truncate_cap >= 1, ">= 1"),
-        ("trainer.loss.kl_coef", loss.kl_coef >= 0, ">= 0 (0 turns the KL term off)"),
-        ("trainer.loss.entropy_coef", loss.entropy_coef >= 0, ">= 0"),
-        ("buffer.max_policy_age", cfg.buffer.max_policy_age >= 0, ">= 0"),
-        ("buffer.capacity", cfg.buffer.capacity >= 1, ">= 1"),
-        ("buffer.warmup_episodes", cfg.buffer.warmup_episodes >= 0, ">= 0 (0: no warm-up)"),
-        ("env.level", cfg.env.level >= 0, ">= 0"),
-        ("env.curriculum", 0 <= cfg.env.curriculum <= 1, "in [0, 1] (0: the level stays)"),
-        ("env.replicas", cfg.env.replicas >= 1, ">= 1"),
-        ("env.max_turns", cfg.env.max_turns >= 1, ">= 1"),
-        ("env.step_timeout_s", 0 < cfg.env.step_timeout_s < float("inf"), "> 0"),
-        ("env.turn_discount", 0.0 <= cfg.env.turn_discount <= 1.0, "in [0, 1]"),
-        ("env.call_timeout_s", 0 <= cfg.env.call_timeout_s < inf, ">= 0 (0: none)"),
-        ("generator.call_timeout_s", 0 <= cfg.generator.call_timeout_s < inf, ">= 0 (0: none)"),
-        ("reward.call_timeout_s", 0 <= cfg.reward.call_timeout_s < inf, ">= 0 (0: none)"),
-        ("checkpoint.every", cfg.checkpoint.every >= 1, ">= 1 (train steps between checkpoints)"),
-        ("checkpoint.keep", cfg.checkpoint.keep >= 1, ">= 1"),
-        ("max_restarts", cfg.max_restarts >= 0, ">= 0"),
-    ]
-    for key, ok, rule in ranges:
-        if not ok:
-            value = functools.reduce(getattr, key.split("."), cfg)
-            raise ConfigError(f"{key} must be {rule}, got {value!r}")
-    groups = t.batch_size // s.group_size
-    relations: list[tuple[bool, str]] = [
-        (d.min_n <= d.max_n, f"data.max_n ({d.max_n}) must be >= data.min_n ({d.min_n})"),
-        (
-            not (d.path and d.hf_name),
-            "data.path and data.hf_name are both set; give one dataset",
-        ),
-        (
-            not (cfg.env.tasks and (d.path or d.hf_name)),
-            "env.tasks and a dataset (data.path / data.hf_name) are both set; a run trains "
-            "on environments or on prompts",
-        ),
-        (
-            t.batch_size % s.group_size == 0 and groups >= 1,
-            f"trainer.batch_size ({t.batch_size}) must be a positive multiple of "
-            f"sampling.group_size ({s.group_size}): a batch holds whole groups",
-        ),
-        (
-            t.procs <= groups,
-            f"trainer.procs ({t.procs}) must be <= the groups per batch "
-            f"(trainer.batch_size / sampling.group_size = {groups}): every trainer rank "
-            "trains on at least one whole group",
-        ),
-        (
-            cfg.buffer.capacity >= t.batch_size,
-            f"buffer.capacity ({cfg.buffer.capacity}) must be >= trainer.batch_size "
-            f"({t.batch_size}): a whole batch has to fit in the buffer",
-        ),
-        (
-            cfg.buffer.warmup_episodes <= cfg.buffer.capacity,
-            f"buffer.warmup_episodes ({cfg.buffer.warmup_episodes}) must be <= "
-            f"buffer.capacity ({cfg.buffer.capacity}): the warm-up fill waits in the buffer",
-        ),
-    ]
-    for ok, message in relations:
-        if not ok:
-            raise ConfigError(message)

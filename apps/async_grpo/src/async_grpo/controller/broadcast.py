@@ -1,8 +1,8 @@
 """New weights on their way to every generator replica.
 
 The trainer stages each version (`weight_sync`); `sync_weights` has every replica pull one,
-and `WeightBroadcast` runs those pulls in the background, one at a time, always with the
-newest version. A replica that comes back after a death (or is behind for any reason) also
+and `WeightBroadcast` queues the versions the broadcast loop sends, one fanout at a time,
+always the newest. A replica that comes back after a death (or is behind for any reason) also
 pulls the newest version itself before it serves: every generation request brings it
 (`Generator.generate(..., weights=)`).
 """
@@ -10,16 +10,10 @@ pulls the newest version itself before it serves: every generation request bring
 from __future__ import annotations
 
 import asyncio
-import time
 
-from actor_service import NoHealthyReplicaError
-
-from async_grpo import tracing
 from async_grpo.actors.generator import Generator
-from async_grpo.components import Components
-from async_grpo.metrics import RunMetrics
-from async_grpo.versions import Versions
-from async_grpo.weight_sync import WeightSync, WeightUpdate, oldest
+from async_grpo.launch.spawn import Components
+from async_grpo.weight_sync.publish import WeightSync, WeightUpdate, oldest
 
 
 async def sync_weights(c: Components, update: WeightUpdate, *, exact: bool = False) -> WeightSync:
@@ -41,8 +35,9 @@ async def sync_weights(c: Components, update: WeightUpdate, *, exact: bool = Fal
 class WeightBroadcast:
     """The newest weights, on their way to every generator replica.
 
-    `offer` queues a new version; `run` applies the newest queued one with one fanout at a
-    time (versions published meanwhile are folded into the next fanout). A replica that
+    `offer` queues a new version; the controller's broadcast loop (`loops.broadcast_loop`)
+    takes the newest queued one (`next`) and sends it with one fanout at a time (versions
+    published meanwhile are folded into the next fanout). A replica that
     comes back after a death runs its initial weights, so `resend` queues the newest
     version again; a fanout that found no live replica waits for that.
     """
@@ -65,19 +60,10 @@ class WeightBroadcast:
         self._queue = asyncio.Queue()
         self.newest = update
 
-    async def run(self, c: Components, versions: Versions, metrics: RunMetrics) -> None:
-        while True:
-            update = await self._queue.get()
-            while not self._queue.empty():
-                update = self._queue.get_nowait()
-            start = time.perf_counter()
-            try:
-                with tracing.span("sync", track="weight_sync", version=update.version):
-                    synced = await sync_weights(c, update)
-            except NoHealthyReplicaError:
-                continue  # every replica died under the fanout: each one back is resent to
-            metrics.last_sync_s = time.perf_counter() - start
-            # A replica that already pulled this version (a generate request brought it)
-            # moves nothing and names no transport; the row keeps the last one that did.
-            metrics.last_sync_transport = synced.transport or metrics.last_sync_transport
-            await versions.set(generators=synced.version)
+    async def next(self) -> WeightUpdate:
+        """Waits for a version to send, and returns the newest queued (older ones queued
+        meanwhile are skipped: the newest supersedes them)."""
+        update = await self._queue.get()
+        while not self._queue.empty():
+            update = self._queue.get_nowait()
+        return update

@@ -17,42 +17,41 @@ The training loop is held for these four (`checkpoint_s` in the metrics). The re
 in the background while training goes on: the trainer's ranks write their distributed
 checkpoint, the controller writes the config, its state, the buffer's and the metrics rows
 up to the cut, then the manifest and the rename that makes the checkpoint complete
-(`run_checkpoint.finish`), then deletes the oldest beyond `--checkpoint.keep`.
+(`disk.finish`), then deletes the oldest beyond `--checkpoint.keep`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
-import json
 import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-import torch
-
-from async_grpo import run_checkpoint, run_state
 from async_grpo.actors.buffer import BufferActor, BufferSnapshot
-from async_grpo.config import RunConfig
-from async_grpo.metrics_sink import METRICS_FILE, PROMPTS_FILE, lines_up_to
-from async_grpo.resume import BUFFER_FILE, CONFIG_FILE, CONTROLLER_FILE, TRAINER_DIR
-from async_grpo.run_state import ControllerState
+from async_grpo.checkpoint import disk
+from async_grpo.checkpoint.disk import HOLDS, TRAINER_DIR, write_files
+from async_grpo.checkpoint.state import ControllerState
+from async_grpo.config.schema import RunConfig
+from async_grpo.controller.ledger import LedgerState, PromptLedger
+from async_grpo.controller.staleness import StalenessGate
+from async_grpo.launch.spawn import Components
+from async_grpo.observability.sink import MetricsSink, lines_up_to
 
-if TYPE_CHECKING:
-    from async_grpo.job import Run
 
-HOLDS = (
-    f"{TRAINER_DIR}/: the trainer's weights, AdamW state and version "
-    "(torch.distributed.checkpoint; loads into any number of trainer processes)",
-    f"{BUFFER_FILE}: the replay buffer's state_dict (held groups, counters, RNG)",
-    f"{CONTROLLER_FILE}: the prompt ledger (next prompt, prompts to draw again, held "
-    "groups), the metrics so far, the task draws' RNG",
-    f"{CONFIG_FILE}: the run's config",
-    f"{METRICS_FILE}, {PROMPTS_FILE}: the rows of every step up to this version",
-)
+class CutSource(Protocol):
+    """What a cut is taken from (the controller's `Job`): the processes, the prompt ledger,
+    the staleness gate, the metrics files, and the controller's state with a given ledger
+    state."""
+
+    components: Components
+    ledger: PromptLedger
+    gate: StalenessGate
+    sink: MetricsSink
+
+    def controller_state(self, version: int, ledger: LedgerState) -> ControllerState: ...
 
 
 class Checkpoints:
@@ -71,31 +70,31 @@ class Checkpoints:
         """A checkpoint is taken after the step that makes `version`."""
         return version % self._cfg.checkpoint.every == 0 and version != self.taken
 
-    async def take(self, run: Run, version: int) -> float:
+    async def take(self, job: CutSource, version: int) -> float:
         """Takes the cut at `version` and starts writing it; returns the seconds training
         was held."""
         begin = time.perf_counter()
         if self._writing is not None:
             await self._writing  # one at a time: the last one's files are still being written
-        self._partial = run_checkpoint.begin(self._out, version)
-        run.ledger.frozen = True
+        self._partial = disk.begin(self._out, version)
+        job.ledger.frozen = True
         try:
 
             async def buffer_and_controller() -> tuple[BufferSnapshot, ControllerState]:
-                snap = await run.c.buffer.endpoint(BufferActor.snapshot).route()
+                snap = await job.components.buffer.endpoint(BufferActor.snapshot).route()
                 # The controller's state as the snapshot answers, not after the trainer's
                 # save: a put the buffer takes meanwhile must still be in flight here.
-                return snap, run.controller_state(version, run.ledger.state(dict(snap.groups)))
+                return snap, job.controller_state(version, job.ledger.state(dict(snap.groups)))
 
             # The buffer's state and the trainer's at the same cut, both at once.
             (snap, state), _ = await asyncio.gather(
-                buffer_and_controller(), run.c.trainer.save(self._partial / TRAINER_DIR)
+                buffer_and_controller(), job.components.trainer.save(self._partial / TRAINER_DIR)
             )
         finally:
-            run.ledger.frozen = False
-            await run.versions.notify()
+            job.ledger.frozen = False
+            await job.gate.notify()
         self.taken = version
-        self._writing = asyncio.create_task(self._write(run, self._partial, state, snap.state))
+        self._writing = asyncio.create_task(self._write(job, self._partial, state, snap.state))
         return time.perf_counter() - begin
 
     async def finish(self) -> None:
@@ -113,13 +112,13 @@ class Checkpoints:
         self.taken = None
 
     async def _write(
-        self, run: Run, partial: Path, state: ControllerState, buffer: dict[str, Any]
+        self, job: CutSource, partial: Path, state: ControllerState, buffer: dict[str, Any]
     ) -> None:
         version = state.version
         try:
             start = time.perf_counter()
-            await run.c.trainer.saved()
-            sink = run.sink
+            await job.components.trainer.saved()
+            sink = job.sink
             await asyncio.to_thread(
                 write_files,
                 partial,
@@ -130,35 +129,18 @@ class Checkpoints:
                 prompt_rows=lines_up_to(sink.prompts_path, version),
             )
             final = await asyncio.to_thread(
-                run_checkpoint.finish, partial, version, self._cfg.trainer.procs, HOLDS
+                disk.finish, partial, version, self._cfg.trainer.procs, HOLDS
             )
         except BaseException as e:
             shutil.rmtree(partial, ignore_errors=True)
             if not isinstance(e, Exception):
                 raise  # cancelled: abandoned
-            self._log(f"[checkpoint {run_checkpoint.step_name(version)} not written: {e}]")
+            self._log(f"[checkpoint {disk.step_name(version)} not written: {e}]")
             return
         self.newest = final
-        run_checkpoint.prune(self._out, self._cfg.checkpoint.keep)
+        disk.prune(self._out, self._cfg.checkpoint.keep)
         size = sum(p.stat().st_size for p in final.rglob("*") if p.is_file())
         self._log(
             f"[checkpoint {final.name}: {size / 2**20:.1f} MiB, written in "
             f"{time.perf_counter() - start:.1f}s in the background]"
         )
-
-
-def write_files(
-    partial: Path,
-    cfg: RunConfig,
-    state: ControllerState,
-    buffer: dict[str, Any],
-    *,
-    metrics_rows: str,
-    prompt_rows: str,
-) -> None:
-    """Writes the controller's files of a checkpoint into `partial` (blocking)."""
-    (partial / CONFIG_FILE).write_text(json.dumps(dataclasses.asdict(cfg), default=str))
-    (partial / CONTROLLER_FILE).write_text(run_state.encode(state))
-    torch.save(buffer, partial / BUFFER_FILE)
-    (partial / METRICS_FILE).write_text(metrics_rows)
-    (partial / PROMPTS_FILE).write_text(prompt_rows)

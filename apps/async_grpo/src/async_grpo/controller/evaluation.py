@@ -15,15 +15,23 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 
 from actor_service import Service
+from rl_envs import Task
 
 from async_grpo.actors.generator import Generator
 from async_grpo.actors.reward import RewardActor
-from async_grpo.metrics import EvalResult, RunMetrics
-from async_grpo.prompts import derive_seed
-from async_grpo.rewards import exact_match
-from async_grpo.sampling import Completion
-from async_grpo.tasks import Sample
-from async_grpo.weight_sync import WeightUpdate
+from async_grpo.config.schema import RunConfig
+from async_grpo.controller.play import make_encode, play_tasks
+from async_grpo.generation.decoding import Completion
+from async_grpo.generation.multiturn import Encode, PlayedEpisode, policy_version
+from async_grpo.launch.prepare import Prepared
+from async_grpo.launch.spawn import Components
+from async_grpo.model.policy import load_tokenizer
+from async_grpo.observability.metrics import EvalResult, RunMetrics
+from async_grpo.seeds import derive_seed
+from async_grpo.tasks.environments import TaskSource, mean_by_env
+from async_grpo.tasks.prompts import Sample, eval_set
+from async_grpo.tasks.rewards import exact_match
+from async_grpo.weight_sync.publish import WeightUpdate
 
 
 def score_eval(
@@ -123,3 +131,83 @@ class Evaluator:
         if self._task is not None:
             self._task.cancel()
         self._task = None
+
+
+def score_env_eval(
+    step: int, tasks: Sequence[Task], groups: Sequence[Sequence[PlayedEpisode]]
+) -> tuple[EvalResult, dict[str, float]] | None:
+    """Folds one evaluation's episodes (a group per task) into a result, and each
+    environment's score for its curriculum. A task's score is the mean return of its
+    completed episodes; the result's `reward` averages tasks, `exact` is the share of
+    completed episodes with a full return, `version` the oldest that sampled a turn. A task
+    whose episodes all failed (its environment replica died) is left out rather than scored
+    0; when every episode failed there is no result (None)."""
+    per_task: list[tuple[Task, float]] = []
+    full: list[float] = []
+    versions: list[int] = []
+    for task, group in zip(tasks, groups, strict=True):
+        done = [r for r in group if r.ok]
+        if done:
+            per_task.append((task, sum(r.reward for r in done) / len(done)))
+            full += [float(r.reward >= 1.0 - 1e-9) for r in done]
+            versions += [policy_version(r) for r in done]
+    if not per_task:
+        return None
+    result = EvalResult(
+        step=step,
+        version=min(versions),
+        reward=sum(v for _, v in per_task) / len(per_task),
+        exact=sum(full) / len(full),
+        per_prompt=tuple((f"{t.env} L{t.level} #{t.seed}", v) for t, v in per_task),
+    )
+    return result, mean_by_env([t for t, _ in per_task], [v for _, v in per_task])
+
+
+def env_eval(
+    c: Components,
+    cfg: RunConfig,
+    source: TaskSource,
+    encode: Encode,
+    *,
+    log: Callable[[str], None],
+    newest: Callable[[], WeightUpdate | None],
+) -> EvalFn:
+    """Evaluation on each environment's held-out tasks at its current level: the first
+    `eval_prompts` of them, `group_size` episodes each, scored by `score_env_eval`. Each
+    environment's score then feeds its curriculum (with `--env.curriculum`)."""
+
+    async def run(step: int) -> EvalResult | None:
+        tasks = source.eval_tasks(cfg.eval_prompts)
+        seed = derive_seed(cfg.seed, "eval", step)
+        groups = await play_tasks(c, cfg, encode, tasks, seed=seed, weights=newest())
+        scored = score_env_eval(step, tasks, groups)
+        if scored is None:
+            log(f"[evaluation after step {step}: every episode failed; not recorded]")
+            return None
+        result, by_env = scored
+        for name, change in source.report(by_env):
+            to = change.level + 1
+            log(f"[{name}: eval {change.score:.2f} at level {change.level}; now level {to}]")
+        return result
+
+    return run
+
+
+def make_evaluator(
+    c: Components,
+    cfg: RunConfig,
+    prep: Prepared,
+    metrics: RunMetrics,
+    tasks: TaskSource | None,
+    *,
+    log: Callable[[str], None],
+    newest: Callable[[], WeightUpdate | None],
+) -> Evaluator:
+    """The run's evaluation: on its environments' held-out tasks with `--env.tasks`, else on
+    the fixed eval prompts of its data (`tasks.prompts.eval_set`)."""
+    if tasks is not None:
+        encode = make_encode(load_tokenizer(prep.model_path))
+        return Evaluator(env_eval(c, cfg, tasks, encode, log=log, newest=newest), metrics)
+    d = cfg.data
+    prompts = eval_set(d.task, d.min_n, d.max_n, prep.samples or (), size=cfg.eval_prompts)
+    return Evaluator(prompt_eval(c.generator, c.reward, prompts, cfg.seed, newest), metrics)

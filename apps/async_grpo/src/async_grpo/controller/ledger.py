@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from rl_envs import Task
 
-from async_grpo.prompts import derive_seed
+from async_grpo.seeds import derive_seed
 
 Draw = Callable[[int], Sequence[Task]]
 """Multi-turn: draws the tasks of `n` new prompts (`environments.TaskSource.draw`)."""
@@ -179,6 +179,19 @@ class PromptLedger:
             if flying is not None:
                 self._early.add(group)
                 self._taken[group] = flying
+
+    def batch_taken(self, groups: Iterable[int], trainer_version: int, max_age: int) -> None:
+        """The trainer at `trainer_version` took a batch of these groups; the buffer evicted
+        what it held older than `max_age` versions at the same request (`take`, then
+        `evict_stale`)."""
+        self.take(groups)
+        self.evict_stale(trainer_version, max_age)
+
+    def untrained(self, groups: Iterable[int]) -> None:
+        """The run stopped with a batch of these groups on its way: they, and any group taken
+        but never trained, are drawn again (`take`, then `untake`)."""
+        self.take(groups)
+        self.untake()
 
     def trained(self, groups: Iterable[int]) -> None:
         """A train step consumed these groups."""

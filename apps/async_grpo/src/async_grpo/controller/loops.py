@@ -1,195 +1,168 @@
-"""The controller's loops: rollout loops, the training loop and the weight sync, run
-together for one phase of a run (`controller.py` runs the phases).
+"""The controller's loops, side by side. RL here is two loops joined by the replay buffer,
+and a third that carries the weights back:
 
-Async and sync are one code path. Rollout loops generate episodes until the run ends; the
-training loop samples batches no older than `max_policy_age` versions, trains, and hands
-the new weights to a background sync (`broadcast.py`). Before each call of prompts a
-rollout loop waits until the generators' weights are at most `max_policy_age` versions
-behind the trainer, and takes the call from the prompt ledger (`ledger.py`), which in sync
-mode (`max_policy_age=0`) hands out exactly one batch of prompts per version: collect,
-train, sync, repeat. A rollout is one prompt and one response per episode
-(`generate_episode`), or with `--env.tasks` whole multi-turn episodes against environment
-services (`env_rollout.generate_env_episodes`).
+    rollout_loop    (x rollout_loops)  a call of prompts -> episodes into the buffer
+    training_loop                      a batch from the buffer -> one GRPO step, a version
+    broadcast_loop                     each new version -> every generator replica
 
-Every `--checkpoint.every` steps, at the end and on Ctrl-C / SIGTERM the training loop
-takes a checkpoint at the cut between two steps (`checkpointing.py`). A phase ends when
-training does, or with `TrainerDied` when the trainer dies.
+Async and sync are one code path: they differ in the staleness bound (`max_policy_age`; 0
+in sync mode, where the ledger also hands out exactly one batch of prompts per version:
+collect, train, sync, repeat). `run_loops` runs them together until training ends, or until
+the trainer dies (`TrainerDied`; `job.py` restores it and runs them again).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
+from actor_service import NoHealthyReplicaError
 from replay_buffer import Episode, SampledBatch
 from rl_envs import Warmup
 
 from async_grpo import tracing
 from async_grpo.actors.buffer import BufferActor
-from async_grpo.actors.dataset import DatasetActor
-from async_grpo.actors.generator import Generator
 from async_grpo.actors.reference import ReferenceModel
-from async_grpo.actors.reward import RewardActor
 from async_grpo.actors.trainer import TrainResult
-from async_grpo.components import Components
-from async_grpo.config import RunConfig
-from async_grpo.faults import TrainerDied
-from async_grpo.job import Run
-from async_grpo.ledger import Call, Draw, PromptLedger
-from async_grpo.metrics import RunMetrics, StepRow
-from async_grpo.rollout import to_episodes
-from async_grpo.weight_sync import WeightUpdate
+from async_grpo.controller.broadcast import sync_weights
+from async_grpo.controller.context import Job
+from async_grpo.controller.rollout import Rollout
+from async_grpo.launch.trainer import TrainerDied
+from async_grpo.observability.metrics import StepRow
 
-Rollout = Callable[[Call], Awaitable[int]]
-"""One rollout of a call's prompts into the buffer; returns the episodes put there."""
-Record = Callable[[StepRow, TrainResult, list[int]], None]
-"""Writes a step's row and the prompts it trained on."""
+RecordStep = Callable[[StepRow, TrainResult, list[int]], None]
+"""Writes a step's row and the prompts (group ids) it trained on."""
 
 
-async def generate_episode(
-    c: Components,
-    cfg: RunConfig,
-    metrics: RunMetrics,
-    ledger: PromptLedger,
-    call: Call,
-    *,
-    weights: WeightUpdate | None,
-) -> int:
-    """One rollout: prompts -> a group of responses per prompt -> rewards -> advantages ->
-    the replay buffer. Returns the episodes put there."""
-    # Prompts and their targets, by index in the run's prompt stream.
-    with tracing.span("prompts", track="rollout"):
-        samples = await c.dataset.endpoint(DatasetActor.samples).route(list(call.indices))
-    # group_size responses per prompt, all from one replica and one policy version (these
-    # weights or newer), drawn with the call's seed.
-    with tracing.span("generate", track="rollout", prompts=len(samples)):
-        groups = await c.generator.endpoint(Generator.generate).route(
-            [s.prompt for s in samples], call.seed, weights
-        )
-    # Rewards for every response.
-    completions = [comp for group in groups for comp in group]
-    targets = [s.target for s, group in zip(samples, groups, strict=True) for _ in group]
-    with tracing.span("reward", track="rollout", responses=len(completions)):
-        rewards = await c.reward.endpoint(RewardActor.score).route(
-            [comp.text for comp in completions], targets
-        )
-    # Advantages relative to the other answers to the same prompt, into the buffer as whole
-    # groups (a group's id is its prompt's index); `put` waits while the buffer is full.
-    episodes = to_episodes(groups, rewards, iter(call.indices), scale=cfg.trainer.advantage_scale)
-    bookkeeping = lambda: metrics.record_episodes(completions, targets, rewards)  # noqa: E731
-    return await put_episodes(
-        c, cfg, metrics, ledger, call, kept=call.indices, episodes=episodes, bookkeeping=bookkeeping
-    )
-
-
-async def put_episodes(
-    c: Components,
-    cfg: RunConfig,
-    metrics: RunMetrics,
-    ledger: PromptLedger,
-    call: Call,
-    *,
-    kept: Sequence[int],
-    episodes: list[Episode],
-    bookkeeping: Callable[[], None],
-) -> int:
-    """The end of every rollout: the groups `kept` of `call` (`episodes`) into the buffer,
-    the ledger told where they are, and `bookkeeping` (its episodes into the metrics) run in
-    prompt order. Returns the episodes put there."""
-    incarnation = ""
-    if episodes:
-        with tracing.span("put", track="rollout", episodes=len(episodes)):
-            incarnation = await c.buffer.endpoint(BufferActor.put).route(episodes)
-    version = min((e.policy_version for e in episodes), default=0)
-    # Groups a buffer took just before it died are lost with it (and drawn again).
-    lost = ledger.put(call, kept, version, incarnation)
-    metrics.faults.episodes_lost += lost * cfg.sampling.group_size
-    ledger.in_order(call, bookkeeping)
-    return len(episodes)
-
-
-async def rollout_loop(run: Run, rollout: Rollout, warmup: Warmup, draw: Draw | None) -> None:
+async def rollout_loop(job: Job, rollout: Rollout, warmup: Warmup) -> None:
+    """Consumes calls of prompts from the ledger. Waits at the staleness gate: until the
+    generators' weights are at most `max_policy_age` versions behind the trainer's (and, in
+    sync mode, the version's batch has room). Unblocks the training loop: episodes in the
+    buffer, and the warm-up count."""
+    draw = job.tasks.draw if job.tasks is not None else None
     while True:
         with tracing.span("wait_fresh", track="rollout", wait=True):
-            call = await run.versions.claim(run.ledger, run.cfg.effective_max_policy_age, draw)
+            call = await job.gate.admit(job.ledger, draw)
         if call is None:
             return
         with tracing.span("episode", track="rollout"):
             warmup.record(await rollout(call))
-        await run.versions.notify()  # a dropped group frees room in sync mode's batch
+        await job.gate.notify()  # a dropped group frees room in sync mode's batch
 
 
-async def training_loop(run: Run, warmup: Warmup, record: Record) -> int:
-    """Trains until `cfg.steps` steps, `cfg.max_minutes`, `cfg.stop_at_reward` or a stop
-    request; ends with a checkpoint and returns the last version."""
-    cfg, c, ledger, metrics, stop = run.cfg, run.c, run.ledger, run.metrics, run.stop.event
+async def training_loop(job: Job, warmup: Warmup, record: RecordStep) -> int:
+    """Consumes batches of whole groups, none older than `max_policy_age` versions. Waits on
+    the warm-up fill once, then on each batch (the next one is asked for while a step
+    trains). Unblocks the broadcast loop (a new version), the rollouts waiting at the gate,
+    and every `checkpoint.every` steps a checkpoint. Ends after `steps`, `max_minutes`,
+    `stop_at_reward` or a stop request, with a checkpoint; returns the last version."""
+    cfg, c, ledger, stop = job.cfg, job.components, job.ledger, job.stop.event
     deadline = time.perf_counter() + cfg.max_minutes * 60
-    version = run.versions.trainer
-    # The warm-up fill (`buffer.warmup_episodes`) is collected before the first step.
+    version = job.gate.trainer
     with tracing.span("warmup", track="train", wait=True):
         await warmup.wait()
     next_batch: asyncio.Future[SampledBatch | None] | None = None
     while version < cfg.steps and time.perf_counter() < deadline and not stop.is_set():
-        # A batch of whole groups, none older than max_policy_age versions; the buffer
-        # answers as soon as the episode that completes one arrives.
-        next_batch = next_batch or _request_batch(c, cfg, version)
+        next_batch = next_batch or _request_batch(job, version)
         with tracing.span("sample_wait", track="train", wait=True, version=version):
             batch = await _unless_stopped(next_batch, stop)
-        if batch is None:
+        if batch is None:  # the buffer had none within its wait, or a stop came first
             next_batch = None if next_batch.done() else next_batch
             continue
         episodes, groups = _in_group_order(batch.episodes)
-        ledger.take(groups)
-        ledger.evict_stale(version, cfg.effective_max_policy_age)
-        # The next step's batch is gathered while this one trains (only episodes fresh
-        # enough for the weights it produces), unless a checkpoint follows: its cut must not
-        # miss a batch on its way.
-        next_batch = (
-            None if run.checkpoints.due(version + 1) else _request_batch(c, cfg, version + 1)
-        )
-        # Reference log-probs for the KL term, when it is on.
+        ledger.batch_taken(groups, version, cfg.effective_max_policy_age)
+        # The next batch is gathered while this one trains, unless a checkpoint follows:
+        # its cut must not miss a batch on its way.
+        next_batch = None if job.checkpoints.due(version + 1) else _request_batch(job, version + 1)
         ref = None
-        if c.reference is not None:
+        if c.reference is not None:  # the KL term's reference log-probs
             with tracing.span("reference", track="train"):
                 ref = await c.reference.endpoint(ReferenceModel.logprobs).route(episodes)
-        # One GRPO step; the trainer stages the new weights before it returns.
         with tracing.span("train_step", track="train", version=version + 1):
-            result = await c.trainer.train_step(episodes, ref)
+            result = await c.trainer.train_step(episodes, ref)  # returns with weights staged
         version = result.version
         ledger.trained(groups)
-        row = metrics.step_row(result, episodes, cfg.sampling.group_size)
-        # Every checkpoint.every steps, a checkpoint at the cut before the next step.
-        if run.checkpoints.due(version):
-            row = metrics.held_for_checkpoint(await run.checkpoints.take(run, version))
+        row = job.metrics.step_row(result, episodes, cfg.sampling.group_size)
+        if job.checkpoints.due(version):
+            row = job.metrics.held_for_checkpoint(await job.checkpoints.take(job, version))
         record(row, result, groups)
-        # New weights go to the generators in the background; rollouts may proceed.
-        run.weights.offer(result.update)
-        await run.versions.set(trainer=version)
-        # Now and then an evaluation of the policy, in the background.
+        job.weights.offer(result.update)
+        await job.gate.set(trainer=version)
         if cfg.eval_every and version % cfg.eval_every == 0:
-            run.evaluator.request(version)
-        if 0 < cfg.stop_at_reward <= metrics.reward_window() and metrics.window_full():
+            job.evaluator.request(version)  # in the background
+        if 0 < cfg.stop_at_reward <= job.metrics.reward_window() and job.metrics.window_full():
             break
-    # The end: a batch still on its way is not trained (its prompts go back to the ledger),
-    # then the last checkpoint.
-    if next_batch is not None:
+    if next_batch is not None:  # a batch on its way is not trained: its prompts go back
         leftover = await next_batch
-        ledger.take(_in_group_order(leftover.episodes)[1] if leftover else [])
-        ledger.untake()
-    if run.checkpoints.taken != version:
-        await run.checkpoints.take(run, version)
-    await run.checkpoints.finish()
+        ledger.untrained(_in_group_order(leftover.episodes)[1] if leftover else [])
+    if job.checkpoints.taken != version:
+        await job.checkpoints.take(job, version)
+    await job.checkpoints.finish()
     return version
 
 
-def _request_batch(
-    c: Components, cfg: RunConfig, version: int
-) -> asyncio.Future[SampledBatch | None]:
+async def broadcast_loop(job: Job) -> None:
+    """Consumes the versions the training loop offers, only the newest of those waiting.
+    Waits on every generator replica pulling it (one fanout at a time). Unblocks the
+    rollouts waiting at the gate for fresher generator weights."""
+    while True:
+        update = await job.weights.next()
+        start = time.perf_counter()
+        try:
+            with tracing.span("sync", track="weight_sync", version=update.version):
+                synced = await sync_weights(job.components, update)
+        except NoHealthyReplicaError:
+            continue  # every replica died under the fanout: each one back is resent to
+        job.metrics.last_sync_s = time.perf_counter() - start
+        # A replica that already pulled this version (a generate request brought it) moves
+        # nothing and names no transport; the row keeps the last one that did.
+        job.metrics.last_sync_transport = synced.transport or job.metrics.last_sync_transport
+        await job.gate.set(generators=synced.version)
+
+
+async def run_loops(job: Job, rollout: Rollout, record: RecordStep) -> int:
+    """The rollout loops, the broadcast loop and the training loop, concurrently, until
+    training ends (then the final evaluation); returns the last version. Raises
+    `TrainerDied` when the trainer died, whichever loop noticed first."""
+    warmup = Warmup(job.cfg.buffer.warmup_episodes)
+    rollouts = [
+        asyncio.create_task(rollout_loop(job, rollout, warmup))
+        for _ in range(job.cfg.rollout_loops)
+    ]
+    broadcast = asyncio.create_task(broadcast_loop(job))
+    trainer = asyncio.create_task(training_loop(job, warmup, record))
+    tasks = [*rollouts, broadcast, trainer]
+    try:
+        # The first task to finish is the trainer (done) or a loop that failed.
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for t in done:
+            t.result()  # re-raises a failure
+        last = trainer.result()
+        # Training is over: stop generating, let the generators take the final weights, and
+        # evaluate those once more.
+        await cancel_tasks(rollouts)
+        if job.cfg.eval_every and not job.stop.event.is_set():
+            await job.gate.wait_generators(last)
+            await job.evaluator.final(last)
+        return last
+    except TrainerDied:
+        raise
+    except Exception as e:
+        # A generator pulling weights from a trainer that just died fails first: ask it.
+        death = await _trainer_death(job)
+        if death is not None:
+            raise death from e
+        raise
+    finally:
+        await cancel_tasks(tasks)
+
+
+def _request_batch(job: Job, version: int) -> asyncio.Future[SampledBatch | None]:
     """Asks the buffer for a batch for the trainer at `version`; waits at most 1 s there."""
-    call = c.buffer.endpoint(BufferActor.sample_wait).route(version, cfg.trainer.batch_size, 1.0)
-    return asyncio.ensure_future(call)
+    buffer = job.components.buffer.endpoint(BufferActor.sample_wait)
+    return asyncio.ensure_future(buffer.route(version, job.cfg.trainer.batch_size, 1.0))
 
 
 async def _unless_stopped(
@@ -218,52 +191,15 @@ def _group(episode: Episode) -> int:
     return episode.group_id
 
 
-async def run_phase(run: Run, rollout: Rollout, draw: Draw | None, record: Record) -> int:
-    """Rollouts, the weight sync and the trainer, concurrently, until training ends (then
-    the final evaluation); returns the last version. Raises `TrainerDied` when the trainer
-    died, whichever loop noticed first."""
-    warmup = Warmup(run.cfg.buffer.warmup_episodes)
-    rollouts = [
-        asyncio.create_task(rollout_loop(run, rollout, warmup, draw))
-        for _ in range(run.cfg.rollout_loops)
-    ]
-    sync = asyncio.create_task(run.weights.run(run.c, run.versions, run.metrics))
-    trainer = asyncio.create_task(training_loop(run, warmup, record))
-    tasks = [*rollouts, sync, trainer]
-    try:
-        # The first task to finish is the trainer (done) or a loop that failed.
-        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        for t in done:
-            t.result()  # re-raises a failure
-        last = trainer.result()
-        # Training is over: stop generating, let the generators take the final weights, and
-        # evaluate those once more.
-        await cancel_tasks(rollouts)
-        if run.cfg.eval_every and not run.stop.event.is_set():
-            await run.versions.wait_generators(last)
-            await run.evaluator.final(last)
-        return last
-    except TrainerDied:
-        raise
-    except Exception as e:
-        # A generator pulling weights from a trainer that just died fails first: ask it.
-        death = await _trainer_death(run.c)
-        if death is not None:
-            raise death from e
-        raise
-    finally:
-        await cancel_tasks(tasks)
-
-
 # A live trainer answers after the step it is computing; a dead one is reported by Monarch
 # within its supervision poll, or after its own timeouts when a host agent is slow to answer.
 TRAINER_PING_TIMEOUT_S = 180.0
 
 
-async def _trainer_death(c: Components) -> TrainerDied | None:
+async def _trainer_death(job: Job) -> TrainerDied | None:
     """None if the trainer answers, else how it died (or that it does not answer)."""
     try:
-        await asyncio.wait_for(c.trainer.pids(), TRAINER_PING_TIMEOUT_S)
+        await asyncio.wait_for(job.components.trainer.pids(), TRAINER_PING_TIMEOUT_S)
     except TrainerDied as e:
         return e
     except TimeoutError:

@@ -19,21 +19,19 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from actor_service import ReplicaEvent
 
 from async_grpo.actors.buffer import BufferActor
-from async_grpo.broadcast import WeightBroadcast, sync_weights
-from async_grpo.components import buffer_config, spawn_trainer
-from async_grpo.config import RunConfig
-from async_grpo.ledger import PromptLedger
-from async_grpo.metrics import RunMetrics
-from async_grpo.resume import Cut, read_cut
-from async_grpo.versions import Versions
-
-if TYPE_CHECKING:
-    from async_grpo.job import Run
+from async_grpo.checkpoint.disk import Cut, read_cut
+from async_grpo.config.schema import RunConfig
+from async_grpo.controller.broadcast import WeightBroadcast, sync_weights
+from async_grpo.controller.context import Job
+from async_grpo.controller.ledger import PromptLedger
+from async_grpo.controller.staleness import StalenessGate
+from async_grpo.launch.spawn import buffer_config
+from async_grpo.launch.trainer import spawn_trainer
+from async_grpo.observability.metrics import RunMetrics
 
 
 def replica_event_recorder(
@@ -42,7 +40,7 @@ def replica_event_recorder(
     metrics: RunMetrics,
     ledger: PromptLedger,
     weights: WeightBroadcast,
-    versions: Versions,
+    gate: StalenessGate,
     log: Callable[[str], None],
 ) -> Callable[[ReplicaEvent], None]:
     """Prints one line per replica death, return or abandonment and counts them; a
@@ -60,7 +58,7 @@ def replica_event_recorder(
                 faults.episodes_lost += groups * cfg.sampling.group_size
                 if groups:
                     lost = f"; the {groups} groups it held are generated again"
-                asyncio.get_running_loop().create_task(versions.notify())
+                asyncio.get_running_loop().create_task(gate.notify())
             log(f"[{who} died: {event.reason}; restarting it{lost}]")
         elif event.kind == "up":
             faults.replica_restarts += 1
@@ -92,63 +90,64 @@ def episodes_lost_bound(cfg: RunConfig, *, buffer_deaths: int, trainer_deaths: i
     return buffer_deaths * held + trainer_deaths * (since_checkpoint + held)
 
 
-async def apply_cut(run: Run, cut: Cut, *, rollback: bool) -> None:
+async def apply_cut(job: Job, cut: Cut, *, rollback: bool) -> None:
     """Puts the controller, the buffer and the generators at `cut` (the trainer already
     holds it): ledger, metrics (a rollback keeps the failure counters), task draws, the
     two JSONL files, the buffer's content, every generator on the cut's weights, the
-    versions, and an evaluation the cut had running."""
+    versions at the gate, and an evaluation the cut had running."""
     controller = cut.controller
-    run.ledger.load(controller.ledger)
-    run.metrics.restore(controller.metrics, keep_faults=rollback)
-    if run.tasks is not None and controller.tasks is not None:
-        run.tasks.load(controller.tasks)
-    run.sink.rewind(cut.metrics_rows, cut.prompt_rows)
+    job.ledger.load(controller.ledger)
+    job.metrics.restore(controller.metrics, keep_faults=rollback)
+    if job.tasks is not None and controller.tasks is not None:
+        job.tasks.load(controller.tasks)
+    job.sink.rewind(cut.metrics_rows, cut.prompt_rows)
     if rollback or cut.buffer is not None:
-        await run.c.buffer.endpoint(BufferActor.restore).route(cut.buffer)
-    update = await run.c.trainer.publish_initial()
-    run.weights.reset(update)
-    run.metrics.last_sync_transport = (await sync_weights(run.c, update, exact=True)).transport
-    await run.versions.set(trainer=update.version, generators=update.version)
+        await job.components.buffer.endpoint(BufferActor.restore).route(cut.buffer)
+    update = await job.components.trainer.publish_initial()
+    job.weights.reset(update)
+    synced = await sync_weights(job.components, update, exact=True)
+    job.metrics.last_sync_transport = synced.transport
+    await job.gate.set(trainer=update.version, generators=update.version)
     if controller.pending_eval is not None:
-        run.evaluator.request(controller.pending_eval)
+        job.evaluator.request(controller.pending_eval)
 
 
-async def restore_trainer(run: Run, reason: str) -> None:
-    """The trainer died: a new one from the newest checkpoint, and the run back at that cut
+async def restore_trainer(job: Job, reason: str) -> None:
+    """The trainer died: a new one from the newest checkpoint, and the job back at that cut
     (one line now, one when it is back; counted, with the time it took)."""
-    died_at = run.versions.trainer
-    if run.metrics.faults.trainer_restores >= run.cfg.max_restarts:
+    died_at = job.gate.trainer
+    if job.metrics.faults.trainer_restores >= job.cfg.max_restarts:
         raise RuntimeError(
-            f"the trainer died again ({reason}) after {run.cfg.max_restarts} restores"
+            f"the trainer died again ({reason}) after {job.cfg.max_restarts} restores"
         )
-    await run.checkpoints.abandon()
-    newest = run.checkpoints.newest
+    await job.checkpoints.abandon()
+    newest = job.checkpoints.newest
     source = newest.name if newest is not None else "the run's start"
-    run.log(f"[trainer died: {reason}; restoring it from {source}]")
+    job.log(f"[trainer died: {reason}; restoring it from {source}]")
     start = time.perf_counter()
-    run.evaluator.cancel()
-    await run.c.trainer.stop()
-    cut = run.base
-    if newest is not None and newest != run.base.checkpoint:
-        cut = await asyncio.to_thread(read_cut, newest, buffer_config(run.cfg))
-    generated = run.metrics.episodes_generated
-    run.c.trainer = await spawn_trainer(
-        run.cfg, run.prep.model_path, run.c.procs, run.c.hosts, cut.trainer
+    job.evaluator.cancel()
+    await job.components.trainer.stop()
+    cut = job.base
+    if newest is not None and newest != job.base.checkpoint:
+        cut = await asyncio.to_thread(read_cut, newest, buffer_config(job.cfg))
+    generated = job.metrics.episodes_generated
+    job.components.trainer = await spawn_trainer(
+        job.cfg, job.prep.model_path, job.components.procs, job.components.hosts, cut.trainer
     )
-    await apply_cut(run, cut, rollback=True)
+    await apply_cut(job, cut, rollback=True)
     seconds = time.perf_counter() - start
-    faults = run.metrics.faults
+    faults = job.metrics.faults
     faults.trainer_restores += 1
     faults.restore_s += seconds
     faults.steps_redone += max(0, died_at - cut.version)
-    lost = max(0, generated - run.metrics.episodes_generated)
+    lost = max(0, generated - job.metrics.episodes_generated)
     faults.episodes_lost += lost
     redone = ""
     if died_at == cut.version + 1:
         redone = f"; step {died_at} is trained again"
     elif died_at > cut.version:
         redone = f"; steps {cut.version + 1}-{died_at} are trained again"
-    run.log(
+    job.log(
         f"[trainer is back at version {cut.version} after {seconds:.1f}s{redone}; the {lost} "
         "episodes generated since are generated again]"
     )

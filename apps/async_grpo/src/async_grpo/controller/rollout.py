@@ -1,84 +1,82 @@
-"""Rollouts and evaluations against environment services (`--env.tasks`): the multi-turn
-counterparts of `loop.generate_episode` and `evaluation.prompt_eval`."""
+"""The rollout bodies: what one call of prompts becomes on its way to the replay buffer.
+
+    prompts (`--data`):     prompts -> `group_size` responses each (one generator replica,
+                            one policy version) -> rewards -> advantages -> the buffer
+    environments (`--env`): tasks -> `group_size` whole multi-turn episodes each, played
+                            against the environment services -> advantages per episode or
+                            per turn -> the buffer
+
+Both end in `put_episodes`: the buffer takes whole groups (a group's id is its prompt's
+index in the run), the ledger learns where they are, and the metrics record them in prompt
+order. `make_rollout` picks the body a job uses.
+"""
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
-from rl_envs import Task
-from transformers import PreTrainedTokenizerBase
+from replay_buffer import Episode
 
 from async_grpo import tracing
+from async_grpo.actors.buffer import BufferActor
+from async_grpo.actors.dataset import DatasetActor
 from async_grpo.actors.generator import Generator
-from async_grpo.components import Components
-from async_grpo.config import RunConfig
-from async_grpo.environments import TaskSource, mean_by_env
-from async_grpo.evaluation import EvalFn
-from async_grpo.ledger import Call, PromptLedger
-from async_grpo.loop import put_episodes
-from async_grpo.metrics import EvalResult, RunMetrics
-from async_grpo.multiturn import Encode, Record, play, policy_version
-from async_grpo.prompts import derive_seed
-from async_grpo.rollout import records_to_episodes
-from async_grpo.sampling import Completion
-from async_grpo.weight_sync import WeightUpdate
+from async_grpo.actors.reward import RewardActor
+from async_grpo.controller.context import Job
+from async_grpo.controller.ledger import Call
+from async_grpo.controller.play import make_encode, play_tasks
+from async_grpo.generation.episodes import records_to_episodes, to_episodes
+from async_grpo.generation.multiturn import Encode
+from async_grpo.model.policy import load_tokenizer
+
+Rollout = Callable[[Call], Awaitable[int]]
+"""One rollout of a call's prompts into the buffer; returns the episodes put there."""
 
 
-def make_encode(tokenizer: PreTrainedTokenizerBase) -> Encode:
-    """The environment's text as token ids, with no special tokens: the policy's own
-    end-of-sequence token already separates its turn from what follows."""
+def make_rollout(job: Job) -> Rollout:
+    """The job's rollout body: whole episodes against its environments with `--env.tasks`,
+    else one response per episode to its prompts."""
+    if job.tasks is None:
+        return lambda call: rollout_prompts(job, call)
+    encode = make_encode(load_tokenizer(job.prep.model_path))
+    return lambda call: rollout_env(job, call, encode)
 
-    def encode(text: str) -> list[int]:
-        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    return encode
-
-
-async def _play(
-    c: Components,
-    cfg: RunConfig,
-    encode: Encode,
-    tasks: Sequence[Task],
-    *,
-    seed: int,
-    weights: WeightUpdate | None,
-) -> list[list[Record]]:
-    # One generator replica (a sticky session) samples every turn of this play; each round
-    # of turns has its own seed, derived from the play's.
-    rounds = itertools.count()
-    async with c.generator.session() as generator:
-        route = generator.endpoint(Generator.continue_turns).route
-
-        async def turns(contexts: list[list[int]]) -> list[Completion]:
-            return await route(contexts, derive_seed(seed, next(rounds)), weights)
-
-        return await play(
-            turns,
-            encode,
-            c.envs,
-            tasks,
-            cfg.sampling.group_size,
-            max_turns=cfg.env.max_turns,
-            step_timeout_s=cfg.env.step_timeout_s,
+async def rollout_prompts(job: Job, call: Call) -> int:
+    """One rollout: prompts -> a group of responses per prompt -> rewards -> advantages ->
+    the replay buffer. Returns the episodes put there."""
+    c, cfg = job.components, job.cfg
+    # Prompts and their targets, by index in the run's prompt stream.
+    with tracing.span("prompts", track="rollout"):
+        samples = await c.dataset.endpoint(DatasetActor.samples).route(list(call.indices))
+    # group_size responses per prompt, all from one replica and one policy version (the
+    # newest weights or newer), drawn with the call's seed.
+    with tracing.span("generate", track="rollout", prompts=len(samples)):
+        groups = await c.generator.endpoint(Generator.generate).route(
+            [s.prompt for s in samples], call.seed, job.weights.newest
         )
+    # Rewards for every response.
+    completions = [comp for group in groups for comp in group]
+    targets = [s.target for s, group in zip(samples, groups, strict=True) for _ in group]
+    with tracing.span("reward", track="rollout", responses=len(completions)):
+        rewards = await c.reward.endpoint(RewardActor.score).route(
+            [comp.text for comp in completions], targets
+        )
+    # Advantages relative to the other answers to the same prompt; `put` waits while the
+    # buffer is full.
+    episodes = to_episodes(groups, rewards, iter(call.indices), scale=cfg.trainer.advantage_scale)
+    bookkeeping = lambda: job.metrics.record_episodes(completions, targets, rewards)  # noqa: E731
+    return await put_episodes(job, call, call.indices, episodes, bookkeeping)
 
 
-async def generate_env_episodes(
-    c: Components,
-    cfg: RunConfig,
-    metrics: RunMetrics,
-    ledger: PromptLedger,
-    call: Call,
-    *,
-    encode: Encode,
-    weights: WeightUpdate | None,
-) -> int:
+async def rollout_env(job: Job, call: Call, encode: Encode) -> int:
     """One rollout: the call's tasks -> a group of whole episodes per task -> advantages ->
     the replay buffer. Returns the episodes put there."""
-    tasks = call.tasks or ()
+    cfg, tasks = job.cfg, call.tasks or ()
     with tracing.span("play", track="rollout", episodes=len(tasks) * cfg.sampling.group_size):
-        groups = await _play(c, cfg, encode, tasks, seed=call.seed, weights=weights)
+        groups = await play_tasks(
+            job.components, cfg, encode, tasks, seed=call.seed, weights=job.weights.newest
+        )
     # Advantages within each group of whole episodes; a group with a failed one is dropped
     # (and its prompt index with it: each kept group keeps its task's index as its id).
     kept = [i for i, g in zip(call.indices, groups, strict=True) if all(r.ok for r in g)]
@@ -89,67 +87,27 @@ async def generate_env_episodes(
         scale=cfg.trainer.advantage_scale,
         turn_discount=cfg.env.turn_discount if cfg.env.credit == "turn" else None,
     )
-    bookkeeping = lambda: metrics.record_records(groups, dropped)  # noqa: E731
-    return await put_episodes(
-        c, cfg, metrics, ledger, call, kept=kept, episodes=episodes, bookkeeping=bookkeeping
-    )
+    bookkeeping = lambda: job.metrics.record_played(groups, dropped)  # noqa: E731
+    return await put_episodes(job, call, kept, episodes, bookkeeping)
 
 
-def score_env_eval(
-    step: int, tasks: Sequence[Task], groups: Sequence[Sequence[Record]]
-) -> tuple[EvalResult, dict[str, float]] | None:
-    """Folds one evaluation's episodes (a group per task) into a result, and each
-    environment's score for its curriculum. A task's score is the mean return of its
-    completed episodes; the result's `reward` averages tasks, `exact` is the share of
-    completed episodes with a full return, `version` the oldest that sampled a turn. A task
-    whose episodes all failed (its environment replica died) is left out rather than scored
-    0; when every episode failed there is no result (None)."""
-    per_task: list[tuple[Task, float]] = []
-    full: list[float] = []
-    versions: list[int] = []
-    for task, group in zip(tasks, groups, strict=True):
-        done = [r for r in group if r.ok]
-        if done:
-            per_task.append((task, sum(r.reward for r in done) / len(done)))
-            full += [float(r.reward >= 1.0 - 1e-9) for r in done]
-            versions += [policy_version(r) for r in done]
-    if not per_task:
-        return None
-    result = EvalResult(
-        step=step,
-        version=min(versions),
-        reward=sum(v for _, v in per_task) / len(per_task),
-        exact=sum(full) / len(full),
-        per_prompt=tuple((f"{t.env} L{t.level} #{t.seed}", v) for t, v in per_task),
-    )
-    return result, mean_by_env([t for t, _ in per_task], [v for _, v in per_task])
-
-
-def env_eval(
-    c: Components,
-    cfg: RunConfig,
-    source: TaskSource,
-    encode: Encode,
-    *,
-    log: Callable[[str], None],
-    newest: Callable[[], WeightUpdate | None],
-) -> EvalFn:
-    """Evaluation on each environment's held-out tasks at its current level: the first
-    `eval_prompts` of them, `group_size` episodes each, scored by `score_env_eval`. Each
-    environment's score then feeds its curriculum (with `--env.curriculum`)."""
-
-    async def run(step: int) -> EvalResult | None:
-        tasks = source.eval_tasks(cfg.eval_prompts)
-        seed = derive_seed(cfg.seed, "eval", step)
-        groups = await _play(c, cfg, encode, tasks, seed=seed, weights=newest())
-        scored = score_env_eval(step, tasks, groups)
-        if scored is None:
-            log(f"[evaluation after step {step}: every episode failed; not recorded]")
-            return None
-        result, by_env = scored
-        for name, change in source.report(by_env):
-            to = change.level + 1
-            log(f"[{name}: eval {change.score:.2f} at level {change.level}; now level {to}]")
-        return result
-
-    return run
+async def put_episodes(
+    job: Job,
+    call: Call,
+    kept: Sequence[int],
+    episodes: list[Episode],
+    bookkeeping: Callable[[], None],
+) -> int:
+    """The end of every rollout: the groups `kept` of `call` (`episodes`) into the buffer,
+    the ledger told where they are, and `bookkeeping` (its episodes into the metrics) run in
+    prompt order. Returns the episodes put there."""
+    incarnation = ""
+    if episodes:
+        with tracing.span("put", track="rollout", episodes=len(episodes)):
+            incarnation = await job.components.buffer.endpoint(BufferActor.put).route(episodes)
+    version = min((e.policy_version for e in episodes), default=0)
+    # Groups a buffer took just before it died are lost with it (and drawn again).
+    lost = job.ledger.put(call, kept, version, incarnation)
+    job.metrics.faults.episodes_lost += lost * job.cfg.sampling.group_size
+    job.ledger.in_order(call, bookkeeping)
+    return len(episodes)

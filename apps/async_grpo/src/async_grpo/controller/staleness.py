@@ -1,19 +1,26 @@
-"""Which weights the trainer and the generators hold, and the one condition the controller's
-loops wait on."""
+"""The staleness gate: which weights the trainer and the generators hold, and the one
+condition the rollout loops wait on before they generate.
+
+A rollout is admitted when the generators' weights are at most `max_policy_age` versions
+behind the trainer's and the prompt ledger hands out a call (not frozen for a checkpoint;
+in sync mode, while the current version's batch has room). Generating further ahead would
+only produce episodes the buffer must drop as too stale.
+"""
 
 from __future__ import annotations
 
 import asyncio
 
-from async_grpo.ledger import Call, Draw, PromptLedger
+from async_grpo.controller.ledger import Call, Draw, PromptLedger
 
 
-class Versions:
-    """The trainer's version and the oldest version a generator replica runs, with a
-    condition the rollout loops wait on; anything that changes what they wait for (a new
-    version, the prompt ledger) calls `set` or `notify`."""
+class StalenessGate:
+    """The trainer's version, the oldest version a generator replica runs, and the condition
+    rollouts wait on; anything that changes what they wait for (a new version, the prompt
+    ledger) calls `set` or `notify`."""
 
-    def __init__(self, trainer: int = 0) -> None:
+    def __init__(self, max_policy_age: int, trainer: int = 0) -> None:
+        self.max_policy_age = max_policy_age
         self.trainer = trainer
         self.generators = trainer
         self.stopped = False
@@ -31,7 +38,7 @@ class Versions:
             self._changed.notify_all()
 
     async def stop(self) -> None:
-        """Ends the run for every waiter: `claim` returns None from now on."""
+        """Closes the gate for good: `admit` returns None from now on."""
         async with self._changed:
             self.stopped = True
             self._changed.notify_all()
@@ -41,18 +48,15 @@ class Versions:
         async with self._changed:
             await self._changed.wait_for(lambda: self.generators >= version)
 
-    async def claim(
-        self, ledger: PromptLedger, max_age: int, draw: Draw | None = None
-    ) -> Call | None:
-        """The next call of prompts to generate, once the generators are at most `max_age`
-        versions behind the trainer and the ledger hands one out (not frozen for a
-        checkpoint; in sync mode, while the generators' version's batch has room); None
-        once the run is stopped."""
+    async def admit(self, ledger: PromptLedger, draw: Draw | None = None) -> Call | None:
+        """The next call of prompts to generate, once the generators are at most
+        `max_policy_age` versions behind the trainer and `ledger` hands one out; None once
+        the gate is stopped."""
 
         def ready() -> Call | bool:
             if self.stopped:
                 return True
-            if self.trainer - self.generators > max_age:
+            if self.trainer - self.generators > self.max_policy_age:
                 return False
             return ledger.claim(self.generators, draw) or False
 

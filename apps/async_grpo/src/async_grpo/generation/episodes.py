@@ -12,9 +12,16 @@ import torch
 from replay_buffer import Episode
 from rl_envs import tokenize_episode
 
-from async_grpo.grpo import AdvantageScale, group_advantages, turn_advantages
-from async_grpo.multiturn import Encode, Record, policy_version, turn_ids, turn_logprobs
-from async_grpo.sampling import Completion
+from async_grpo.config.schema import AdvantageScale
+from async_grpo.generation.decoding import Completion
+from async_grpo.generation.multiturn import (
+    Encode,
+    PlayedEpisode,
+    policy_version,
+    turn_ids,
+    turn_logprobs,
+)
+from async_grpo.grpo.advantages import group_advantages, turn_advantages
 
 
 def to_episodes(
@@ -54,7 +61,7 @@ def to_episodes(
 
 
 def records_to_episodes(
-    groups: Sequence[Sequence[Record]],
+    groups: Sequence[Sequence[PlayedEpisode]],
     group_ids: Iterator[int],
     encode: Encode,
     *,

@@ -29,7 +29,7 @@ from rl_envs import (
     run_episode,
 )
 
-from async_grpo.sampling import Completion
+from async_grpo.generation.decoding import Completion
 
 Encode = Callable[[str], list[int]]
 """Environment text -> token ids (no special tokens added)."""
@@ -37,7 +37,7 @@ Encode = Callable[[str], list[int]]
 Generate = Callable[[list[list[int]]], Awaitable[list[Completion]]]
 """Contexts (token ids) -> one sampled turn each, in order (`Generator.continue_turns`)."""
 
-Record = EpisodeRecord[Completion]
+PlayedEpisode = EpisodeRecord[Completion]
 """An episode whose policy turns carry the `Completion` that sampled them."""
 
 
@@ -123,14 +123,14 @@ async def play(
     *,
     max_turns: int,
     step_timeout_s: float,
-) -> list[list[Record]]:
+) -> list[list[PlayedEpisode]]:
     """Plays every task `group_size` times, all episodes at once; returns one group of
     records per task, in order. A failed episode is a record with `error` set (see
     `rl_envs.run_episode`); a failure of the generator propagates after every episode
     has been stopped."""
     batcher = TurnBatcher(generate, encode, len(tasks) * group_size)
 
-    async def one(task: Task) -> Record:
+    async def one(task: Task) -> PlayedEpisode:
         try:
             return await run_episode(
                 batcher, envs[task.env], task, max_turns=max_turns, step_timeout_s=step_timeout_s
@@ -152,12 +152,12 @@ async def play(
     return [list(records[k * g : (k + 1) * g]) for k in range(len(tasks))]
 
 
-def policy_version(record: Record) -> int:
+def policy_version(record: PlayedEpisode) -> int:
     """The oldest weight version that sampled a turn of `record` (its staleness is
     counted from there)."""
     return min(s.payload.policy_version for s in record.segments if s.payload is not None)
 
 
-def policy_text(record: Record) -> str:
+def policy_text(record: PlayedEpisode) -> str:
     """The policy's turns of an episode, joined with " | " (for reports)."""
     return " | ".join(s.text for s in record.segments if s.source == "policy")

@@ -14,7 +14,7 @@ from replay_buffer import Episode
 from torch import Tensor
 from transformers import PreTrainedModel
 
-from async_grpo.sampling import token_logprobs_and_entropy
+from async_grpo.grpo.logprobs import token_logprobs_and_entropy
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,9 +18,9 @@ from replay_buffer import Episode
 from torch import Tensor
 from transformers import PreTrainedModel
 
-from async_grpo.batching import pack, sequence_logprobs_and_entropy
-from async_grpo.config import SamplingConfig, TrainerConfig
-from async_grpo.grpo import LossStats, grpo_loss
+from async_grpo.config.schema import SamplingConfig, TrainerConfig
+from async_grpo.grpo.batching import pack, sequence_logprobs_and_entropy
+from async_grpo.grpo.loss import LossStats, grpo_loss
 
 
 class NonFiniteError(RuntimeError):

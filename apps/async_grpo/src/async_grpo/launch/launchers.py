@@ -32,7 +32,8 @@ from typing import Any
 from monarch.actor import HostMesh, this_host
 from rdma_tensor.machine import machine_env
 
-from async_grpo.placement import PlacementConfig, PlacementError, PlacementPlan
+from async_grpo.config.placement import PlacementConfig
+from async_grpo.launch.placement import PlacementError, PlacementPlan
 
 SLURM_TOOLS = ("sbatch", "squeue", "scancel")
 """What Monarch's SlurmJob runs: submit, wait for the nodes, cancel at the end."""

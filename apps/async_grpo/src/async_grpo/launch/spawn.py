@@ -16,106 +16,40 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from actor_service import ReplicaEvent, Service, ServiceConfig, spawn_service
-from monarch._rust_bindings.monarch_hyperactor.supervision import SupervisionError
 from monarch.actor import ProcMesh
-from replay_buffer import Episode, ReplayBufferConfig
+from replay_buffer import ReplayBufferConfig
 from rl_envs import EnvironmentService, spawn_environment
-from torch import Tensor
 
 from async_grpo.actors.buffer import BufferActor
 from async_grpo.actors.dataset import DatasetActor
 from async_grpo.actors.generator import Generator
 from async_grpo.actors.reference import ReferenceModel
 from async_grpo.actors.reward import RewardActor
-from async_grpo.actors.trainer import Trainer, TrainResult
-from async_grpo.config import RunConfig
-from async_grpo.environments import parse_env_weights
-from async_grpo.faults import TrainerDied, tolerate_trainer_deaths
-from async_grpo.launchers import Hosts, start_hosts
-from async_grpo.prepare import Prepared
-from async_grpo.training import add_stats
-from async_grpo.weight_sync import WeightUpdate, merge
+from async_grpo.config.schema import RunConfig
+from async_grpo.launch.launchers import Hosts, start_hosts
+from async_grpo.launch.prepare import Prepared
+from async_grpo.launch.trainer import TrainerMesh, spawn_trainer
+from async_grpo.tasks.environments import parse_env_weights
 
 # How long a call waits for a replica when none is serving: a respawned replica starts a
 # process, imports torch and loads the model again (tens of seconds on a loaded 2-core
 # machine, minutes for a large model), and the run should wait for it, not fail.
 REPLICA_RESTART_WAIT_S = 600.0
+
+
 # The buffer's calls wait on purpose (a put for room, the trainer's sample up to the 1 s it
 # asks for), so only the trainer's sample is timed: a buffer that leaves it unanswered this
 # long is hung.
 BUFFER_SAMPLE_TIMEOUT_S = 120.0
+
+
 # The dataset answers from memory, at once.
 DATASET_TIMEOUT_S = 60.0
-
-
-class TrainerMesh:
-    """The controller's handle on the trainer's ranks (one or more): every call goes to all
-    of them, and their answers are merged into the whole batch's. A call to a trainer whose
-    process died raises `TrainerDied`."""
-
-    def __init__(self, ranks: Trainer, mesh: ProcMesh) -> None:
-        self.ranks, self.mesh = ranks, mesh
-        self.pid_list: list[int] = []  # every rank's process id, once `pids` answered
-
-    async def _call(self, call: Awaitable[Any]) -> list[Any]:
-        try:
-            answers = await call
-        except SupervisionError as e:
-            lines = str(e).strip().splitlines()
-            raise TrainerDied(lines[-1].strip() if lines else "a trainer process failed") from e
-        return list(answers.values())
-
-    async def publish_initial(self) -> WeightUpdate:
-        """The version the trainer starts from, staged for the generators."""
-        return merge(await self._call(self.ranks.publish_initial.call()))
-
-    async def train_step(self, episodes: list[Episode], ref_logprobs: Tensor | None) -> TrainResult:
-        """One optimizer step on the batch; returns once its weights are staged."""
-        steps: list[TrainResult] = await self._call(
-            self.ranks.train_step.call(episodes, ref_logprobs)
-        )
-        return TrainResult(
-            version=steps[0].version,
-            weights=merge([s.weights for s in steps]),
-            stats=add_stats([s.stats for s in steps]),
-            grad_norm=steps[0].grad_norm,
-            lr=steps[0].lr,
-            train_s=max(s.train_s for s in steps),
-            publish_s=max(s.publish_s for s in steps),
-        )
-
-    async def release(self, version: int) -> None:
-        """Every generator runs `version` or newer: older staging may be reused."""
-        await self._call(self.ranks.release.call(version))
-
-    async def full_weights(self) -> dict[str, Tensor]:
-        """The current parameters, unsharded, by name."""
-        return dict((await self._call(self.ranks.full_weights.call()))[0])
-
-    async def save(self, path: Path) -> float:
-        """Starts writing the trainer's checkpoint into `path` (every rank its part); returns
-        once staged: the seconds training was held (the slowest rank's)."""
-        held: list[float] = await self._call(self.ranks.save.call(str(path)))
-        return max(held)
-
-    async def saved(self) -> None:
-        """Returns once the last `save` is on disk."""
-        await self._call(self.ranks.saved.call())
-
-    async def pids(self) -> list[int]:
-        """Every rank's process id (a call: it also tells whether the trainer is alive)."""
-        self.pid_list = [int(p) for p in await self._call(self.ranks.pid.call())]
-        return self.pid_list
-
-    async def stop(self) -> None:
-        """Stops the trainer's processes (dead or alive)."""
-        with contextlib.suppress(Exception):
-            await self.mesh.stop()
 
 
 @dataclasses.dataclass
@@ -148,32 +82,6 @@ class Components:
             assert isinstance(env.service, Service)  # spawned here, not a handle
             named[name] = env.service
         return named
-
-
-async def spawn_trainer(
-    cfg: RunConfig,
-    model_path: str,
-    procs: list[ProcMesh],
-    hosts: Hosts,
-    restore: Path | None = None,
-) -> TrainerMesh:
-    """Spawns the trainer on a mesh of `cfg.trainer.procs` processes spread evenly over the
-    hosts of its host mesh (appended to `procs`, so the caller stops it even when set-up
-    fails), from `restore` (a trainer checkpoint directory) when given."""
-    tolerate_trainer_deaths()
-    per_host = hosts.plan.trainer_per_host(cfg.trainer.procs)
-    mesh = hosts.mesh("trainer").spawn_procs(per_host={"procs": per_host})
-    procs.append(mesh)
-    if cfg.trainer.procs > 1:
-        # Imported here: a one-process trainer never pays for torch.distributed's set-up.
-        from monarch.spmd import setup_torch_elastic_env_async  # noqa: PLC0415
-
-        await setup_torch_elastic_env_async(mesh)
-    args = (model_path, cfg.trainer, cfg.sampling, cfg.seed, cfg.steps)
-    kwargs = {"restore": str(restore)} if restore is not None else {}
-    trainer = TrainerMesh(mesh.spawn("trainer", Trainer, *args, **kwargs), mesh)
-    await trainer.pids()
-    return trainer
 
 
 def buffer_config(cfg: RunConfig) -> ReplayBufferConfig:

@@ -22,7 +22,7 @@ from transformers import (
 )
 from transformers.utils import logging as hf_logging
 
-from async_grpo.tokenizer import build_tokenizer, save_tokenizer
+from async_grpo.model.tokenizer import build_tokenizer, save_tokenizer
 
 # Per-file progress bars from every process would drown the training log.
 hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 
 from replay_buffer import Episode
 
-from async_grpo.multiturn import Record, policy_text, policy_version, turn_ids
-from async_grpo.rewards import exact_match
-from async_grpo.sampling import Completion
+from async_grpo.generation.decoding import Completion
+from async_grpo.generation.multiturn import PlayedEpisode, policy_text, policy_version, turn_ids
+from async_grpo.tasks.rewards import exact_match
 
 if TYPE_CHECKING:
     from async_grpo.actors.trainer import TrainResult
@@ -180,7 +180,7 @@ class RunMetrics:
             self.tokens_generated += len(comp.response_ids)
         self.episodes_generated += len(completions)
 
-    def record_records(self, groups: Sequence[Sequence[Record]], dropped: int) -> None:
+    def record_played(self, groups: Sequence[Sequence[PlayedEpisode]], dropped: int) -> None:
         """Counts a multi-turn play: the completed episodes' returns enter the window
         (`exact` is 1 for a full return), `dropped` episodes are counted as such."""
         for record in (r for g in groups for r in g if r.ok):

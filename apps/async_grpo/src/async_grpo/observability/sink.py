@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from async_grpo.metrics import StepRow
+from async_grpo.observability.metrics import StepRow
 
 METRICS_FILE = "metrics.jsonl"
 PROMPTS_FILE = "trained_prompts.jsonl"

@@ -15,7 +15,7 @@ from rl_envs import Curriculum, LevelChange, Task, TaskMixture, UnknownEnvironme
 from rl_envs.registry import names, resolve
 from rl_envs.sandbox import Sandbox, SandboxUnavailableError
 
-from async_grpo.config import EnvConfig
+from async_grpo.config.schema import EnvConfig
 
 SANDBOXED = frozenset({"calculator"})
 """Built-in environments that run the model's output in the bubblewrap sandbox."""

@@ -13,6 +13,9 @@ import random
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from async_grpo.config.schema import DataConfig
+from async_grpo.seeds import derive_seed
+
 
 @dataclasses.dataclass(frozen=True)
 class Sample:
@@ -129,3 +132,31 @@ def load_hf_dataset(
         Sample(str(row[prompt_key]), str(row[target_key]))
         for row in ds.select(range(min(limit, len(ds))))
     ]
+
+
+def epoch_order(size: int, seed: int, epoch: int) -> list[int]:
+    """The order in which epoch `epoch` reads a dataset of `size` samples."""
+    order = list(range(size))
+    random.Random(derive_seed(seed, "epoch", epoch)).shuffle(order)
+    return order
+
+
+class PromptStream:
+    """Prompt `index` of a run: a generated task's draw, or a dataset sample in its epoch's
+    order. Keeps the order of the last epoch read, so reading in index order is O(1) per
+    prompt (one shuffle per epoch)."""
+
+    def __init__(self, cfg: DataConfig, samples: Sequence[Sample] | None, seed: int) -> None:
+        self._cfg, self._samples, self._seed = cfg, list(samples or ()), seed
+        self._epoch: tuple[int, list[int]] | None = None
+
+    def at(self, index: int) -> Sample:
+        if index < 0:
+            raise ValueError(f"prompt index must be >= 0, got {index}")
+        if not self._samples:
+            rng = random.Random(derive_seed(self._seed, "prompt", index))
+            return GENERATORS[self._cfg.task](rng, self._cfg.min_n, self._cfg.max_n)
+        epoch, position = divmod(index, len(self._samples))
+        if self._epoch is None or self._epoch[0] != epoch:
+            self._epoch = (epoch, epoch_order(len(self._samples), self._seed, epoch))
+        return self._samples[self._epoch[1][position]]

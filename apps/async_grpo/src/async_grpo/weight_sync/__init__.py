@@ -1,1 +1,3 @@
-"""weight_sync"""
+"""Weight versions from the trainer to the generators: staged by the trainer
+(`TrainerPublisher`), pulled by each generator (`pull`).
+"""

@@ -26,7 +26,7 @@ from rdma_tensor import Manifest, Publisher, Transport
 from torch import Tensor
 from transformers import PreTrainedModel
 
-from async_grpo.training import check_finite
+from async_grpo.grpo.step import check_finite
 
 WeightPart = Manifest | ShardManifest
 """What one trainer rank returns for a version (the whole of it when there is one rank)."""

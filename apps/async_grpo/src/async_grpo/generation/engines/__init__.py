@@ -17,9 +17,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal, Protocol, get_args
 
-from async_grpo.config import ModelConfig, SamplingConfig
-from async_grpo.sampling import Completion
-from async_grpo.weight_sync import WeightSync, WeightUpdate
+from async_grpo.config.schema import ModelConfig, SamplingConfig
+from async_grpo.generation.decoding import Completion
+from async_grpo.weight_sync.publish import WeightSync, WeightUpdate
 
 EngineName = Literal["hf", "vllm"]
 ENGINES: tuple[str, ...] = get_args(EngineName)
@@ -67,12 +67,12 @@ def make_engine(
 ) -> Engine:
     """Starts engine `name` on the checkpoint in `model_path` (in this process)."""
     if name == "hf":
-        from async_grpo.engines.hf import HFEngine  # noqa: PLC0415
+        from async_grpo.generation.engines.hf import HFEngine  # noqa: PLC0415
 
         return HFEngine(model_path, model, sampling, seed)
     if name == "vllm":
         # Imported here: the hf engine never pays for (or needs) vLLM.
-        from async_grpo.engines.vllm_engine import VLLMEngine  # noqa: PLC0415
+        from async_grpo.generation.engines.vllm_engine import VLLMEngine  # noqa: PLC0415
 
         return VLLMEngine(
             model_path,
@@ -106,7 +106,7 @@ def check_engine(name: str, *, replicas: int, kv_cache_gib: float, on_gpu: bool)
         return f"unknown engine {name!r}; known: {', '.join(ENGINES)}"
     if name == "hf":
         return None
-    from async_grpo.engines.vllm_engine import INSTALL_HINT, installed  # noqa: PLC0415
+    from async_grpo.generation.engines.vllm_engine import INSTALL_HINT, installed  # noqa: PLC0415
 
     if not installed():
         return f"vLLM is not installed; {INSTALL_HINT}"

@@ -12,11 +12,11 @@ import os
 import torch
 from torch import Tensor
 
-from async_grpo import weight_sync
-from async_grpo.config import ModelConfig, SamplingConfig
-from async_grpo.model import load_policy, load_tokenizer
-from async_grpo.sampling import Completion, generate, sample
-from async_grpo.weight_sync import WeightSync, WeightUpdate
+from async_grpo.config.schema import ModelConfig, SamplingConfig
+from async_grpo.generation.decoding import Completion, generate, sample
+from async_grpo.model.policy import load_policy, load_tokenizer
+from async_grpo.weight_sync import publish as weight_sync
+from async_grpo.weight_sync.publish import WeightSync, WeightUpdate
 
 
 class HFEngine:

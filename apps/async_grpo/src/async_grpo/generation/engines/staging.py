@@ -25,7 +25,7 @@ from dtensor_reshard import ShardedManifest
 from rdma_tensor import Manifest, Subscriber
 from torch import Tensor
 
-from async_grpo.weight_sync import WeightUpdate, transports
+from async_grpo.weight_sync.publish import WeightUpdate, transports
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,1 +1,3 @@
-"""observability/report"""
+"""`async-grpo report`: one HTML page from a run's metrics and trace (plotly figures,
+utilization).
+"""

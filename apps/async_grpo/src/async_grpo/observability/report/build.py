@@ -27,10 +27,10 @@ from typing import Any
 import plotly.io  # type: ignore[import-untyped]
 import plotly.offline  # type: ignore[import-untyped]
 
-from async_grpo import report_figures as figs
-from async_grpo.report_page import PAGE
-from async_grpo.trace_files import Trace, TraceError, load_trace, merge
-from async_grpo.utilization import excerpt_window, steady_window, utilization
+from async_grpo.observability.report import figures as figs
+from async_grpo.observability.report.page import PAGE
+from async_grpo.observability.report.utilization import excerpt_window, steady_window, utilization
+from async_grpo.tracing.files import Trace, TraceError, load_trace, merge
 
 Row = dict[str, Any]
 

@@ -13,8 +13,8 @@ from typing import Any
 import plotly.graph_objects as go  # type: ignore[import-untyped]
 from plotly.subplots import make_subplots  # type: ignore[import-untyped]
 
-from async_grpo.trace_files import SpanEvent, Trace
-from async_grpo.utilization import Interval, Utilization, in_window
+from async_grpo.observability.report.utilization import Interval, Utilization, in_window
+from async_grpo.tracing.files import SpanEvent, Trace
 
 Row = dict[str, Any]
 Figure = Any  # plotly ships no type information

@@ -17,7 +17,7 @@ import dataclasses
 import math
 from collections.abc import Iterable, Sequence
 
-from async_grpo.trace_files import SpanEvent, Trace
+from async_grpo.tracing.files import SpanEvent, Trace
 
 NOT_COMPONENTS = frozenset({"controller"})
 

@@ -362,7 +362,7 @@ def session(out_dir: Path, enabled: bool = True) -> Iterator[Tracer | None]:
     if not enabled:
         yield None
         return
-    from async_grpo.trace_files import merge  # noqa: PLC0415 - only the controller merges
+    from async_grpo.tracing.files import merge  # noqa: PLC0415 - only the controller merges
 
     trace_dir = Path(out_dir) / "trace"
     shutil.rmtree(trace_dir, ignore_errors=True)

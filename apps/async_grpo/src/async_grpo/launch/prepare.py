@@ -14,16 +14,17 @@ from pathlib import Path
 
 import torch
 
-from async_grpo.checkpoints import CheckpointNotFound, locate_checkpoint
-from async_grpo.config import ConfigError, RunConfig, validate
-from async_grpo.engines import check_engine
-from async_grpo.environments import check_env_config, env_corpus, parse_env_weights
-from async_grpo.launchers import check_launcher
-from async_grpo.model import write_random_checkpoint
-from async_grpo.placement import Demand, PlacementError, PlacementPlan, plan_placement
-from async_grpo.presets import ARCHS
-from async_grpo.rewards import parse_weights
-from async_grpo.tasks import Sample, corpus_for, load_hf_dataset, load_jsonl
+from async_grpo.config.presets import ARCHS
+from async_grpo.config.schema import ConfigError, RunConfig
+from async_grpo.config.validate import validate
+from async_grpo.generation.engines import check_engine
+from async_grpo.launch.launchers import check_launcher
+from async_grpo.launch.placement import Demand, PlacementError, PlacementPlan, plan_placement
+from async_grpo.model.locate import CheckpointNotFound, locate_checkpoint
+from async_grpo.model.policy import write_random_checkpoint
+from async_grpo.tasks.environments import check_env_config, env_corpus, parse_env_weights
+from async_grpo.tasks.prompts import Sample, corpus_for, load_hf_dataset, load_jsonl
+from async_grpo.tasks.rewards import parse_weights
 
 
 @dataclasses.dataclass(frozen=True)
