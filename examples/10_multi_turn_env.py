@@ -39,7 +39,7 @@ from _checks import expect
 from actor_service import ServiceConfig
 from async_grpo.config.presets import TINY_ARCH
 from async_grpo.config.schema import ModelConfig, SamplingConfig
-from async_grpo.controller.rollout import make_encode
+from async_grpo.controller.play import make_encode
 from async_grpo.generation.decoding import Completion
 from async_grpo.generation.engines.hf import HFEngine
 from async_grpo.generation.episodes import records_to_episodes

@@ -1,6 +1,6 @@
 """The generator actor (one replica of the generator service): samples and takes new weights.
 
-The actor only holds an engine (`async_grpo.engines`: `hf` or `vllm`) and serves it. A
+The actor only holds an engine (`generation.engines`: `hf` or `vllm`) and serves it. A
 plain Monarch endpoint runs one message at a time, and both engines generate and load
 weights synchronously, so `update_weights` never lands in the middle of a `generate`: each
 batch runs on exactly one policy version, the one stamped on its completions.
@@ -22,7 +22,7 @@ from async_grpo.config.schema import GeneratorConfig, ModelConfig, SamplingConfi
 from async_grpo.generation.decoding import Completion
 from async_grpo.generation.engines import make_engine
 from async_grpo.generation.engines.hf import HFEngine
-from async_grpo.weight_sync.publish import WeightSync, WeightUpdate
+from async_grpo.weight_sync.update import WeightSync, WeightUpdate
 
 
 class Generator(Actor):

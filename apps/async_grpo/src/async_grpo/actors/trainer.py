@@ -30,7 +30,7 @@ from async_grpo.grpo.loss import LossStats
 from async_grpo.grpo.step import TrainerCore
 from async_grpo.model.policy import load_policy, load_tokenizer
 from async_grpo.model.sharding import shard_model
-from async_grpo.weight_sync.publish import TrainerPublisher, WeightPart, WeightUpdate
+from async_grpo.weight_sync.update import TrainerPublisher, WeightPart, WeightUpdate
 
 
 @dataclasses.dataclass(frozen=True)

@@ -46,10 +46,11 @@ from async_grpo.checkpoint.resume import (
 from async_grpo.cli import sweep
 from async_grpo.config.args import build_config
 from async_grpo.config.validate import validate
+from async_grpo.controller.job import Spawn
 from async_grpo.grpo.step import NonFiniteError
 from async_grpo.launch.placement import describe, process_lost
 from async_grpo.launch.prepare import prepare
-from async_grpo.launch.spawn import buffer_config
+from async_grpo.launch.spawn import buffer_config, spawn_components
 from async_grpo.observability.console import print_summary
 from async_grpo.train import run
 
@@ -66,9 +67,10 @@ SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {"report": _report, "sweep"
 first argument is looked up here before any config parsing."""
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, spawn: Spawn = spawn_components) -> int:
     """The `async-grpo` command: exit status 0 on success, 2 on bad input (one line on stderr,
-    no process spawned), 1 when the run fails (one line), 130 when interrupted."""
+    no process spawned), 1 when the run fails (one line), 130 when interrupted. `spawn`
+    starts the run's processes (`train.run`)."""
     args = sys.argv[1:] if argv is None else argv
     if args and args[0] in SUBCOMMANDS:
         return SUBCOMMANDS[args[0]](args[1:])
@@ -98,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     if prep.placement.launcher != "local":
         print("\n".join(describe(prep.placement)))
     try:
-        summary = asyncio.run(run(cfg, prep, resume=resume))
+        summary = asyncio.run(run(cfg, prep, resume=resume, spawn=spawn))
     except (KeyboardInterrupt, asyncio.CancelledError):
         print(
             f"\nasync-grpo: interrupted; every process was stopped; {resume_hint(cfg.out_dir)}.",

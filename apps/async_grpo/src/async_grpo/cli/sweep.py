@@ -27,7 +27,9 @@ from pathlib import Path
 from async_grpo.config.args import build_config, take_flag
 from async_grpo.config.schema import ConfigError, RunConfig
 from async_grpo.config.validate import validate
+from async_grpo.controller.job import Spawn
 from async_grpo.launch.prepare import prepare
+from async_grpo.launch.spawn import spawn_components
 from async_grpo.train import run
 
 DEFAULT_AGES = (0, 1, 2, 4)
@@ -72,7 +74,12 @@ def configs(base: RunConfig, ages: Sequence[int], root: Path) -> list[RunConfig]
 
 
 def sweep(
-    base: RunConfig, ages: Sequence[int], root: Path, log: Callable[[str], None] = print
+    base: RunConfig,
+    ages: Sequence[int],
+    root: Path,
+    log: Callable[[str], None] = print,
+    *,
+    spawn: Spawn = spawn_components,
 ) -> list[SweepRun]:
     """Runs `base` once per bound in `ages` into `root/age-<K>`, writes `root/sweep.json`
     after each run (so a sweep cut short still has a report of the runs it finished), and
@@ -84,7 +91,7 @@ def sweep(
         age = cfg.buffer.max_policy_age
         log(f"sweep: max_policy_age {age} -> {cfg.out_dir}")
         prep = prepare(cfg)
-        summary = asyncio.run(run(cfg, prep, quiet=True))
+        summary = asyncio.run(run(cfg, prep, quiet=True, spawn=spawn))
         done.append(
             SweepRun(
                 age,
@@ -105,9 +112,9 @@ def sweep(
     return done
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], *, spawn: Spawn = spawn_components) -> int:
     """`async-grpo sweep [--ages 0,1,2,4] [run options]`: exit status 0, 2 on bad input (one
-    line on stderr, nothing run), 130 when interrupted."""
+    line on stderr, nothing run), 130 when interrupted. `spawn` starts each run's processes."""
     # plotly is imported only here, when the report is written
     from async_grpo.observability.report.build import write_report  # noqa: PLC0415
 
@@ -130,7 +137,7 @@ def main(argv: list[str]) -> int:
         print(f"async-grpo sweep: error: {e}", file=sys.stderr)
         return 2
     try:
-        sweep(base, ages, root)
+        sweep(base, ages, root, spawn=spawn)
     except KeyboardInterrupt:
         print("\nasync-grpo sweep: interrupted; the report covers the finished runs.")
         if (root / "sweep.json").exists():

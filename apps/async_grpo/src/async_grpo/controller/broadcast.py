@@ -13,7 +13,7 @@ import asyncio
 
 from async_grpo.actors.generator import Generator
 from async_grpo.launch.spawn import Components
-from async_grpo.weight_sync.publish import WeightSync, WeightUpdate, oldest
+from async_grpo.weight_sync.update import WeightSync, WeightUpdate, oldest
 
 
 async def sync_weights(c: Components, update: WeightUpdate, *, exact: bool = False) -> WeightSync:

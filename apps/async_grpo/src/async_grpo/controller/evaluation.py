@@ -31,7 +31,7 @@ from async_grpo.seeds import derive_seed
 from async_grpo.tasks.environments import TaskSource, mean_by_env
 from async_grpo.tasks.prompts import Sample, eval_set
 from async_grpo.tasks.rewards import exact_match
-from async_grpo.weight_sync.publish import WeightUpdate
+from async_grpo.weight_sync.update import WeightUpdate
 
 
 def score_eval(

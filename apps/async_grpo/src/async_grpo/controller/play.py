@@ -15,7 +15,7 @@ from async_grpo.generation.decoding import Completion
 from async_grpo.generation.multiturn import Encode, PlayedEpisode, play
 from async_grpo.launch.spawn import Components
 from async_grpo.seeds import derive_seed
-from async_grpo.weight_sync.publish import WeightUpdate
+from async_grpo.weight_sync.update import WeightUpdate
 
 
 def make_encode(tokenizer: PreTrainedTokenizerBase) -> Encode:

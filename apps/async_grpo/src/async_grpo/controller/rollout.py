@@ -14,6 +14,7 @@ order. `make_rollout` picks the body a job uses.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
 
 from replay_buffer import Episode
 
@@ -22,15 +23,30 @@ from async_grpo.actors.buffer import BufferActor
 from async_grpo.actors.dataset import DatasetActor
 from async_grpo.actors.generator import Generator
 from async_grpo.actors.reward import RewardActor
+from async_grpo.config.schema import RunConfig
+from async_grpo.controller.broadcast import WeightBroadcast
 from async_grpo.controller.context import Job
-from async_grpo.controller.ledger import Call
+from async_grpo.controller.ledger import Call, PromptLedger
 from async_grpo.controller.play import make_encode, play_tasks
 from async_grpo.generation.episodes import records_to_episodes, to_episodes
 from async_grpo.generation.multiturn import Encode
+from async_grpo.launch.spawn import Components
 from async_grpo.model.policy import load_tokenizer
+from async_grpo.observability.metrics import RunMetrics
 
 Rollout = Callable[[Call], Awaitable[int]]
 """One rollout of a call's prompts into the buffer; returns the episodes put there."""
+
+
+class RolloutParts(Protocol):
+    """What a rollout uses of its job (the controller's `Job` has all of it): the config, the
+    processes, the prompt ledger, the metrics and the newest weights."""
+
+    cfg: RunConfig
+    components: Components
+    ledger: PromptLedger
+    metrics: RunMetrics
+    weights: WeightBroadcast
 
 
 def make_rollout(job: Job) -> Rollout:
@@ -42,7 +58,7 @@ def make_rollout(job: Job) -> Rollout:
     return lambda call: rollout_env(job, call, encode)
 
 
-async def rollout_prompts(job: Job, call: Call) -> int:
+async def rollout_prompts(job: RolloutParts, call: Call) -> int:
     """One rollout: prompts -> a group of responses per prompt -> rewards -> advantages ->
     the replay buffer. Returns the episodes put there."""
     c, cfg = job.components, job.cfg
@@ -69,7 +85,7 @@ async def rollout_prompts(job: Job, call: Call) -> int:
     return await put_episodes(job, call, call.indices, episodes, bookkeeping)
 
 
-async def rollout_env(job: Job, call: Call, encode: Encode) -> int:
+async def rollout_env(job: RolloutParts, call: Call, encode: Encode) -> int:
     """One rollout: the call's tasks -> a group of whole episodes per task -> advantages ->
     the replay buffer. Returns the episodes put there."""
     cfg, tasks = job.cfg, call.tasks or ()
@@ -92,7 +108,7 @@ async def rollout_env(job: Job, call: Call, encode: Encode) -> int:
 
 
 async def put_episodes(
-    job: Job,
+    job: RolloutParts,
     call: Call,
     kept: Sequence[int],
     episodes: list[Episode],

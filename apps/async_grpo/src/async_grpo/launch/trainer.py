@@ -28,7 +28,7 @@ from async_grpo.actors.trainer import Trainer, TrainResult
 from async_grpo.config.schema import RunConfig
 from async_grpo.grpo.step import add_stats
 from async_grpo.launch.launchers import Hosts
-from async_grpo.weight_sync.publish import WeightUpdate, merge
+from async_grpo.weight_sync.update import WeightUpdate, merge
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from typing import Literal, Protocol, get_args
 
 from async_grpo.config.schema import ModelConfig, SamplingConfig
 from async_grpo.generation.decoding import Completion
-from async_grpo.weight_sync.publish import WeightSync, WeightUpdate
+from async_grpo.weight_sync.update import WeightSync, WeightUpdate
 
 EngineName = Literal["hf", "vllm"]
 ENGINES: tuple[str, ...] = get_args(EngineName)

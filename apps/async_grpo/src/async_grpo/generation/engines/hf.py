@@ -15,8 +15,7 @@ from torch import Tensor
 from async_grpo.config.schema import ModelConfig, SamplingConfig
 from async_grpo.generation.decoding import Completion, generate, sample
 from async_grpo.model.policy import load_policy, load_tokenizer
-from async_grpo.weight_sync import publish as weight_sync
-from async_grpo.weight_sync.publish import WeightSync, WeightUpdate
+from async_grpo.weight_sync.update import WeightSync, WeightUpdate, pull
 
 
 class HFEngine:
@@ -66,7 +65,7 @@ class HFEngine:
         return torch.Generator(self._rng.device).manual_seed(seed)
 
     async def load_weights(self, update: WeightUpdate) -> WeightSync:
-        result = await weight_sync.pull(update, self._model)
+        result = await pull(update, self._model)
         self.version = result.version
         return result
 

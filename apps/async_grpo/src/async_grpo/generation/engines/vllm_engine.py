@@ -39,10 +39,10 @@ from torch import Tensor
 
 from async_grpo.config.schema import ModelConfig, SamplingConfig
 from async_grpo.generation.decoding import Completion, chat_prompt
-from async_grpo.generation.engines.staging import Stager
 from async_grpo.model.policy import load_tokenizer
 from async_grpo.seeds import derive_seed
-from async_grpo.weight_sync.publish import WeightSync, WeightUpdate
+from async_grpo.weight_sync.staging import Stager
+from async_grpo.weight_sync.update import WeightSync, WeightUpdate
 
 INSTALL_HINT = (
     "install it with `uv sync --extra vllm` (vLLM's CPU build) or `uv sync --extra vllm-cuda` "

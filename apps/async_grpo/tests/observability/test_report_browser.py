@@ -23,15 +23,12 @@ import argparse
 import importlib
 import os
 import shutil
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from async_grpo.observability.report.build import load_run, summarize, write_report
-
-sys.path.insert(0, os.path.dirname(__file__))
 from synthetic_runs import write_sweep
 
 CHROMIUM = Path(os.environ.get("ASYNC_GRPO_CHROMIUM", "/usr/bin/chromium"))

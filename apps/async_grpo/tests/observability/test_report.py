@@ -4,9 +4,7 @@ offline self-containment, the sweep page, and what a missing or cut-short run gi
 from __future__ import annotations
 
 import json
-import os
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +12,6 @@ import pytest
 from async_grpo.observability.report.build import ReportError, load_run, summarize, write_report
 from async_grpo.observability.report.utilization import covered, pick_window, union, utilization
 from async_grpo.tracing.files import load_trace
-
-sys.path.insert(0, os.path.dirname(__file__))
 from synthetic_runs import ProcessFile, Schedule, write_run, write_sweep
 
 S = Schedule()

@@ -28,7 +28,7 @@ from async_grpo.config.presets import TINY_ARCH, tiny
 from async_grpo.config.schema import GeneratorConfig, ModelConfig, SamplingConfig
 from async_grpo.controller.broadcast import sync_weights
 from async_grpo.controller.ledger import PromptLedger
-from async_grpo.controller.rollout import generate_episode
+from async_grpo.controller.rollout import rollout_prompts
 from async_grpo.generation.decoding import Completion
 from async_grpo.generation.episodes import to_episodes
 from async_grpo.grpo.batching import pack, sequence_logprobs
@@ -37,6 +37,7 @@ from async_grpo.launch.spawn import shutdown, spawn_components
 from async_grpo.model.policy import load_policy, load_tokenizer, write_random_checkpoint
 from async_grpo.observability.metrics import RunMetrics
 from dtensor_reshard import ShardedManifest
+from jobs import Parts
 from monarch.actor import Actor, MeshFailure, ProcMesh, endpoint, this_host
 from rdma_tensor import Publisher
 
@@ -333,7 +334,7 @@ def test_sharded_trainer_weights_reach_the_vllm_engine(tmp_path: Path) -> None:
             while batch is None:
                 call = ledger.claim(0)
                 assert call is not None
-                await generate_episode(c, cfg, RunMetrics(cfg.window), ledger, call, weights=None)
+                await rollout_prompts(Parts(cfg, c, ledger, RunMetrics(cfg.window)), call)
                 batch = await c.buffer.endpoint(BufferActor.sample).route(0, cfg.trainer.batch_size)
             result = await c.trainer.train_step(list(batch.episodes), None)
             assert isinstance(result.weights, ShardedManifest)

@@ -17,17 +17,19 @@ from async_grpo.config.schema import ModelConfig, SamplingConfig
 from async_grpo.launch.prepare import prepare
 from async_grpo.model.policy import load_policy
 from async_grpo.observability.metrics import StepRow
-from jobs import keep_components, rows, run
+from async_grpo.launch.spawn import Components
+from async_grpo.train import run
+from jobs import keeping, rows
 from rdma_tensor import Publisher
 
 
 @pytest.mark.timeout(300)
 def test_a_killed_generator_is_reported_and_counted(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
     cfg = tiny()
     cfg.steps, cfg.eval_every, cfg.out_dir = 20, 0, str(tmp_path)
-    started = keep_components(monkeypatch)
+    started: list[Components] = []
     killed: list[int] = []
 
     def on_step(row: StepRow, result: TrainResult) -> None:
@@ -38,7 +40,9 @@ def test_a_killed_generator_is_reported_and_counted(
             killed.append(pid)
 
     lines: list[str] = []
-    asyncio.run(run(cfg, prepare(cfg), on_step, lines.append))
+    asyncio.run(
+        run(cfg, prepare(cfg), quiet=True, on_step=on_step, log=lines.append, spawn=keeping(started))
+    )
 
     assert killed
     got = rows(tmp_path)

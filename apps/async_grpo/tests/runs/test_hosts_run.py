@@ -19,8 +19,9 @@ from async_grpo.config.placement import PlacementConfig, three_local_hosts
 from async_grpo.config.presets import tiny
 from async_grpo.launch.prepare import prepare
 from async_grpo.observability.metrics import StepRow
-from jobs import keep_components, rows
-from jobs import run as run_job
+from async_grpo.launch.spawn import Components
+from async_grpo.train import run
+from jobs import keeping, rows
 
 
 def process_env(pid: int) -> dict[str, str]:
@@ -31,13 +32,13 @@ def process_env(pid: int) -> dict[str, str]:
 
 
 @pytest.mark.timeout(400)
-def test_a_run_on_three_hosts_learns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_run_on_three_hosts_learns(tmp_path: Path) -> None:
     # The same run as test_learning's one-host run (steps, seed, bounds), placed on three
     # hosts: trainer on a, the generator on b, reward, buffer and dataset on c.
     cfg = tiny()
     cfg.steps, cfg.seed, cfg.out_dir, cfg.max_minutes = 120, 0, str(tmp_path), 10.0
     cfg.placement = three_local_hosts()
-    started = keep_components(monkeypatch)
+    started: list[Components] = []
     where: dict[str, dict[str, str]] = {}
 
     def on_step(row: StepRow, result: TrainResult) -> None:
@@ -47,7 +48,9 @@ def test_a_run_on_three_hosts_learns(tmp_path: Path, monkeypatch: pytest.MonkeyP
                 (pid,) = getattr(started[0], name).status().replicas[0].pids
                 where[name] = process_env(pid)
 
-    metrics = asyncio.run(run_job(cfg, prepare(cfg), on_step, print))
+    metrics = asyncio.run(
+        run(cfg, prepare(cfg), quiet=True, on_step=on_step, log=print, spawn=keeping(started))
+    ).metrics
     got = rows(tmp_path)
     assert got[-1]["version"] == 120  # finished within the time limit
     start, end = got[0]["reward_window"], metrics.reward_window()
@@ -65,7 +68,7 @@ def test_a_run_on_three_hosts_learns(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 @pytest.mark.timeout(420)
 def test_a_dead_host_s_replicas_come_back_on_the_surviving_host(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
     # The generator's and the reward's only replicas run on host b, with host c given to
     # both services as a spare; the trainer, buffer and dataset are on host a. Killing b's
@@ -80,7 +83,7 @@ def test_a_dead_host_s_replicas_come_back_on_the_surviving_host(
         split_machines=True,
         call_timeout_s=15.0,  # the dead host's replicas never answer: this finds them
     )
-    started = keep_components(monkeypatch)
+    started: list[Components] = []
     killed: list[int] = []
     seen: dict[str, tuple[int, tuple[int, ...]]] = {}
 
@@ -102,7 +105,7 @@ def test_a_dead_host_s_replicas_come_back_on_the_surviving_host(
         print(line)  # shown when the test fails
         lines.append(line)
 
-    asyncio.run(run_job(cfg, prepare(cfg), on_step, log))
+    asyncio.run(run(cfg, prepare(cfg), quiet=True, on_step=on_step, log=log, spawn=keeping(started)))
 
     assert killed
     got = rows(tmp_path)

@@ -2,27 +2,20 @@
 
 from pathlib import Path
 
-import async_grpo.cli
-import async_grpo.controller
+import async_grpo.cli.main
 import pytest
 from async_grpo.cli.main import main
 from async_grpo.config.args import build_config
 from async_grpo.config.presets import PRESETS, default_preset, qwen25_05b, tiny
 from async_grpo.grpo.step import NonFiniteError
+from async_grpo.launch.spawn import Components
+from jobs import refuse_spawn
 from monarch.actor import ActorError
-
-
-@pytest.fixture(autouse=True)
-def no_spawning(monkeypatch: pytest.MonkeyPatch) -> None:
-    def refuse(*args: object, **kwargs: object) -> None:
-        raise AssertionError("a process would have been spawned")
-
-    monkeypatch.setattr(async_grpo.controller, "spawn_components", refuse)
 
 
 def run_main(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     """Runs the command, expects the bad-input exit, and returns its one error line."""
-    assert main(args) == 2
+    assert main(args, spawn=refuse_spawn) == 2
     err = capsys.readouterr().err
     assert err.startswith("async-grpo: error: "), err
     assert err.count("\n") == 1, err
@@ -132,8 +125,8 @@ def test_subcommands_are_dispatched_before_config_parsing(monkeypatch: pytest.Mo
         seen.append(args)
         return 7
 
-    monkeypatch.setitem(async_grpo.cli.SUBCOMMANDS, "report", report)
-    assert main(["report", "runs/x", "--not.a.config.key"]) == 7
+    monkeypatch.setitem(async_grpo.cli.main.SUBCOMMANDS, "report", report)
+    assert main(["report", "runs/x", "--not.a.config.key"], spawn=refuse_spawn) == 7
     assert seen == [["runs/x", "--not.a.config.key"]]
 
 
@@ -159,16 +152,15 @@ def test_a_run_failing_in_a_process_is_one_line(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    async def fail(*args: object, **kwargs: object) -> None:
+    async def fail(*args: object) -> Components:
         raise ActorError(error)  # what an actor's exception becomes in the controller
 
-    monkeypatch.setattr(async_grpo.cli, "run_job", fail)
-    assert main(["--preset", "tiny", "--out_dir", str(tmp_path)]) == 1
+    assert main(["--preset", "tiny", "--out_dir", str(tmp_path)], spawn=fail) == 1
     assert capsys.readouterr().err == message
 
 
 def help_text(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
-    assert main([*args, "--help"]) == 0
+    assert main([*args, "--help"], spawn=refuse_spawn) == 0
     return capsys.readouterr().out
 
 

@@ -1,6 +1,6 @@
 """A new policy version as CPU tensors in the trainer's names, for an engine to load itself.
 
-The `hf` engine pulls straight into its model's parameters (`weight_sync.pull`). An
+The `hf` engine pulls straight into its model's parameters (`weight_sync.update.pull`). An
 inference engine keeps its weights in its own layout (fused, sharded, repacked for its
 kernels), so it loads a version from a checkpoint-format state dict instead; this module
 gets that state dict with the fewest copies the transport allows:
@@ -25,7 +25,7 @@ from dtensor_reshard import ShardedManifest
 from rdma_tensor import Manifest, Subscriber
 from torch import Tensor
 
-from async_grpo.weight_sync.publish import WeightUpdate, transports
+from async_grpo.weight_sync.update import WeightUpdate, transports
 
 
 @dataclasses.dataclass(frozen=True)

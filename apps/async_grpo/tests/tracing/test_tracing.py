@@ -18,8 +18,6 @@ import pytest
 from async_grpo import tracing
 from async_grpo.tracing.files import Trace, TraceError, load_trace, merge
 from monarch.actor import Actor, endpoint, this_host
-
-sys.path.insert(0, os.path.dirname(__file__))
 from synthetic_runs import assert_well_formed
 
 

@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import jobs
 import pytest
 import torch
 from async_grpo.actors.trainer import TrainResult
@@ -35,7 +34,8 @@ from async_grpo.controller.ledger import Call, PromptLedger
 from async_grpo.launch.prepare import prepare
 from async_grpo.observability.metrics import StepRow
 from async_grpo.train import run
-from jobs import keep_components, rows
+from async_grpo.launch.spawn import Components
+from jobs import keeping, rows
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 STEPS, KILL_AT = 6, 5  # checkpoints at 2, 4, 6: the kill costs step 5
@@ -156,10 +156,10 @@ def test_an_async_run_resumed_skips_no_prompt_and_trains_none_twice(
 
 
 def test_a_killed_trainer_is_restored_from_the_last_checkpoint(
-    clean: Path, tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    clean: Path, tiny_checkpoint: Path, tmp_path: Path
 ) -> None:
     cfg = config(tmp_path, tiny_checkpoint)
-    started = keep_components(monkeypatch)
+    started: list[Components] = []
     lines: list[str] = []
 
     def on_step(row: StepRow, result: TrainResult) -> None:
@@ -167,7 +167,9 @@ def test_a_killed_trainer_is_restored_from_the_last_checkpoint(
         if row.version == KILL_AT and row.trainer_restores == 0:
             os.kill(started[0].trainer.pid_list[0], signal.SIGKILL)
 
-    asyncio.run(jobs.run(cfg, prepare(cfg), on_step, lines.append))
+    asyncio.run(
+        run(cfg, prepare(cfg), quiet=True, on_step=on_step, log=lines.append, spawn=keeping(started))
+    )
     died = [x for x in lines if x.startswith("[trainer died:")]
     back = [x for x in lines if x.startswith("[trainer is back at version 4 after")]
     assert len(died) == 1, lines
@@ -185,7 +187,7 @@ def test_a_killed_buffer_loses_only_what_it_held(
     clean: Path, tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cfg = config(tmp_path, tiny_checkpoint)
-    started = keep_components(monkeypatch)
+    started: list[Components] = []
     put = PromptLedger.put
     killed: list[int] = []
 
@@ -199,7 +201,7 @@ def test_a_killed_buffer_loses_only_what_it_held(
 
     monkeypatch.setattr(PromptLedger, "put", put_then_kill)
     lines: list[str] = []
-    asyncio.run(jobs.run(cfg, prepare(cfg), lambda row, result: None, lines.append))
+    asyncio.run(run(cfg, prepare(cfg), quiet=True, log=lines.append, spawn=keeping(started)))
     died = [x for x in lines if x.startswith("[buffer replica 0 died:")]
     assert len(died) == 1, lines
     assert "groups it held are generated again" in died[0]

@@ -3,7 +3,7 @@ to an unsharded generator through dtensor-reshard, its checkpoint loaded by one 
 
 Real processes: a 2-rank trainer mesh (every parameter a `Shard(0)` DTensor), a one-process
 trainer fed the same batches, one generator replica, the replay buffer, dataset and reward
-actors, all driven by the loop's own functions (`generate_episode`, `sync_weights`).
+actors, all driven by the loop's own functions (`rollout_prompts`, `sync_weights`).
 """
 
 import asyncio
@@ -18,12 +18,13 @@ from async_grpo.config.presets import tiny
 from async_grpo.config.schema import RunConfig
 from async_grpo.controller.broadcast import sync_weights
 from async_grpo.controller.ledger import PromptLedger
-from async_grpo.controller.rollout import generate_episode
+from async_grpo.controller.rollout import rollout_prompts
 from async_grpo.launch.prepare import prepare
 from async_grpo.launch.spawn import Components, shutdown, spawn_components
 from async_grpo.launch.trainer import TrainerMesh, spawn_trainer
 from async_grpo.observability.metrics import RunMetrics
 from dtensor_reshard import ShardedManifest
+from jobs import Parts
 from rdma_tensor import Manifest
 
 STEPS = 3
@@ -49,7 +50,7 @@ async def run_steps(c: Components, cfg: RunConfig, single: TrainerMesh) -> list[
         while batch is None:
             call = ledger.claim(version)
             assert call is not None
-            await generate_episode(c, cfg, RunMetrics(cfg.window), ledger, call, weights=None)
+            await rollout_prompts(Parts(cfg, c, ledger, RunMetrics(cfg.window)), call)
             batch = await c.buffer.endpoint(BufferActor.sample).route(
                 version, cfg.trainer.batch_size
             )

@@ -8,7 +8,6 @@ import asyncio
 import shutil
 from pathlib import Path
 
-import async_grpo.controller
 import pytest
 from async_grpo.checkpoint import disk
 from async_grpo.cli.main import main
@@ -17,17 +16,8 @@ from async_grpo.config.presets import tiny
 from async_grpo.config.schema import ConfigError
 from async_grpo.launch.prepare import prepare
 from async_grpo.train import run
+from jobs import SPAWN_REFUSED, refuse_spawn
 from made_checkpoints import make_checkpoint, tree
-
-SPAWN_REFUSED = "a process would have been spawned"
-
-
-@pytest.fixture(autouse=True)
-def no_spawning(monkeypatch: pytest.MonkeyPatch) -> None:
-    def refuse(*args: object, **kwargs: object) -> None:
-        raise AssertionError(SPAWN_REFUSED)
-
-    monkeypatch.setattr(async_grpo.controller, "spawn_components", refuse)
 
 
 @pytest.fixture
@@ -43,7 +33,7 @@ def run_dir(tmp_path: Path, tiny_checkpoint: Path) -> Path:
 def refused(args: list[str], root: Path, capsys: pytest.CaptureFixture[str]) -> str:
     """Runs the command, expects the one-line bad-input error and no change under `root`."""
     before = tree(root)
-    assert main(args) == 2
+    assert main(args, spawn=refuse_spawn) == 2
     err = capsys.readouterr().err
     assert err.startswith("async-grpo: error: "), err
     assert err.count("\n") == 1, err
@@ -54,7 +44,7 @@ def refused(args: list[str], root: Path, capsys: pytest.CaptureFixture[str]) -> 
 def test_a_good_checkpoint_gets_as_far_as_spawning(
     run_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["--resume", "--out_dir", str(run_dir)]) == 1
+    assert main(["--resume", "--out_dir", str(run_dir)], spawn=refuse_spawn) == 1
     assert SPAWN_REFUSED in capsys.readouterr().err
 
 
@@ -80,7 +70,11 @@ def test_another_config_names_the_fields_that_differ(
     assert f"model.path (checkpoint '{tiny_checkpoint}', here '{other}')" in err
     # What may change on resume does not count.
     assert (
-        main(["--resume", "--out_dir", str(run_dir), "--steps", "9", "--trainer.procs", "2"]) == 1
+        main(
+            ["--resume", "--out_dir", str(run_dir), "--steps", "9", "--trainer.procs", "2"],
+            spawn=refuse_spawn,
+        )
+        == 1
     )
     assert SPAWN_REFUSED in capsys.readouterr().err
 
@@ -110,7 +104,7 @@ def test_an_incomplete_checkpoint(run_dir: Path, capsys: pytest.CaptureFixture[s
     err = refused(["--resume", str(newest)], run_dir, capsys)
     assert "step-000004 is incomplete: it has no manifest.json" in err
     # Without a path, the newest complete one is resumed.
-    assert main(["--resume", "--out_dir", str(run_dir)]) == 1
+    assert main(["--resume", "--out_dir", str(run_dir)], spawn=refuse_spawn) == 1
     assert SPAWN_REFUSED in capsys.readouterr().err
 
 
@@ -145,7 +139,7 @@ def test_a_new_run_replaces_a_finished_one(
     out = tmp_path / "run"
     cfg = {"model.path": str(tiny_checkpoint), "out_dir": str(out), "steps": "4"}
     make_checkpoint(apply_overrides(tiny(), cfg), 4)  # the end of a 4-step run
-    assert main(["--out_dir", str(out), "--model", str(tiny_checkpoint)]) == 1
+    assert main(["--out_dir", str(out), "--model", str(tiny_checkpoint)], spawn=refuse_spawn) == 1
     captured = capsys.readouterr()
     assert SPAWN_REFUSED in captured.err
     assert "the finished run's checkpoints removed (1)" in captured.out

@@ -16,18 +16,20 @@ from async_grpo.config.presets import calculator, pattern
 from async_grpo.config.schema import ConfigError
 from async_grpo.launch.prepare import prepare
 from async_grpo.observability.metrics import StepRow
-from jobs import keep_components, rows, run
+from async_grpo.launch.spawn import Components
+from async_grpo.train import run
+from jobs import keeping, rows
 from rl_envs.sandbox import Sandbox, SandboxUnavailableError
 
 
 @pytest.mark.timeout(400)
 def test_pattern_run_warms_up_and_survives_a_killed_environment_replica(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
     cfg = pattern()
     cfg.steps, cfg.eval_every, cfg.out_dir = 12, 6, str(tmp_path)
     cfg.buffer.warmup_episodes = 384
-    started = keep_components(monkeypatch)
+    started: list[Components] = []
     killed: list[int] = []
 
     def on_step(row: StepRow, result: TrainResult) -> None:
@@ -38,7 +40,9 @@ def test_pattern_run_warms_up_and_survives_a_killed_environment_replica(
             killed.append(pid)
 
     lines: list[str] = []
-    metrics = asyncio.run(run(cfg, prepare(cfg), on_step, lines.append))
+    metrics = asyncio.run(
+        run(cfg, prepare(cfg), quiet=True, on_step=on_step, log=lines.append, spawn=keeping(started))
+    ).metrics
 
     assert killed
     got = rows(tmp_path)
@@ -73,7 +77,7 @@ def test_calculator_run_scores_answers_in_the_sandbox(tmp_path: Path) -> None:
     _sandbox_or_skip()
     cfg = calculator()
     cfg.steps, cfg.eval_every, cfg.out_dir = 3, 0, str(tmp_path)
-    metrics = asyncio.run(run(cfg, prepare(cfg), lambda row, result: None, print))
+    metrics = asyncio.run(run(cfg, prepare(cfg), quiet=True, log=print)).metrics
     got = rows(tmp_path)
     assert [r["version"] for r in got] == [1, 2, 3]
     assert got[-1]["episodes_dropped"] == 0

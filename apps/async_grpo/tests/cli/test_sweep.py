@@ -3,27 +3,15 @@ and bad input rejected with one line and exit status 2 before anything runs."""
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
-import async_grpo.sweep
 import pytest
 from async_grpo.cli.sweep import configs, main, parse_ages
 from async_grpo.config.presets import tiny
 from async_grpo.config.schema import ConfigError
 from async_grpo.observability.report import build as report
-
-sys.path.insert(0, os.path.dirname(__file__))
+from jobs import refuse_spawn
 from synthetic_runs import write_run
-
-
-@pytest.fixture(autouse=True)
-def no_running(monkeypatch: pytest.MonkeyPatch) -> None:
-    def refuse(*args: object, **kwargs: object) -> None:
-        raise AssertionError("a run would have started")
-
-    monkeypatch.setattr(async_grpo.sweep, "sweep", refuse)
 
 
 def test_one_config_per_bound(tmp_path: Path) -> None:
@@ -58,7 +46,7 @@ def test_bad_ages(raw: str, message: str) -> None:
 def test_bad_sweep_input_is_one_line(
     args: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main([*args, "--out_dir", str(tmp_path / "s")]) == 2
+    assert main([*args, "--out_dir", str(tmp_path / "s")], spawn=refuse_spawn) == 2
     err = capsys.readouterr().err
     assert err.startswith("async-grpo sweep: error:")
     assert message in err

@@ -15,7 +15,6 @@ import sys
 import types
 from pathlib import Path
 
-import async_grpo.controller
 import pytest
 from async_grpo.cli.main import main, run_failure
 from async_grpo.config.placement import PlacementConfig, SlurmConfig, three_local_hosts
@@ -34,6 +33,7 @@ from async_grpo.launch.placement import (
     plan_placement,
     process_lost,
 )
+from jobs import refuse_spawn
 from monarch._rust_bindings.monarch_hyperactor.supervision import SupervisionError
 
 RUN = {  # what the tiny preset starts
@@ -53,14 +53,6 @@ def plan(trainer_procs: int = 1, **fields: object) -> PlacementPlan:
         if key in fields:
             demands[key] = Demand(int(str(fields.pop(key))))
     return plan_placement(PlacementConfig(**fields), demands)  # type: ignore[arg-type]
-
-
-@pytest.fixture(autouse=True)
-def no_spawning(monkeypatch: pytest.MonkeyPatch) -> None:
-    def refuse(*args: object, **kwargs: object) -> None:
-        raise AssertionError("a process would have been spawned")
-
-    monkeypatch.setattr(async_grpo.controller, "spawn_components", refuse)
 
 
 def test_the_default_is_everything_on_this_host() -> None:
@@ -175,7 +167,7 @@ def test_a_component_the_run_does_not_start_may_be_placed_anywhere() -> None:
 
 
 def run_main(args: list[str], capsys: pytest.CaptureFixture[str], out: Path) -> str:
-    assert main(["--preset", "tiny", *args, "--out_dir", str(out)]) == 2
+    assert main(["--preset", "tiny", *args, "--out_dir", str(out)], spawn=refuse_spawn) == 2
     err = capsys.readouterr().err
     assert err.startswith("async-grpo: error: "), err
     assert err.count("\n") == 1, err
@@ -302,8 +294,8 @@ def test_the_slurm_batch_script(tmp_path: Path) -> None:
     code = (
         "import sys\n"
         "from monarch.job import SlurmJob\n"
-        "from async_grpo.launchers import slurm_job_args\n"
-        "from async_grpo.placement import Demand, plan_placement\n"
+        "from async_grpo.launch.launchers import slurm_job_args\n"
+        "from async_grpo.launch.placement import Demand, plan_placement\n"
         "from test_placement import RUN, SLURM\n"
         "plan = plan_placement(SLURM, {**RUN, 'trainer': Demand(16)})\n"
         "job = SlurmJob(**slurm_job_args(plan, SLURM, sys.argv[1]))\n"
@@ -311,7 +303,9 @@ def test_the_slurm_batch_script(tmp_path: Path) -> None:
         "job.kill()\n"
     )
     env = {**os.environ, "PATH": f"{tools}{os.pathsep}{os.environ['PATH']}"}
-    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(__file__), env.get("PYTHONPATH", "")])
+    here = os.path.dirname(__file__)  # this module, and the test helpers it imports
+    paths = [here, os.path.dirname(here), env.get("PYTHONPATH", "")]
+    env["PYTHONPATH"] = os.pathsep.join(paths)
     subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env, check=True, timeout=120)
     script = (tmp_path / "script").read_text().splitlines()
     for directive in [

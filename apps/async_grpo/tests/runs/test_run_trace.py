@@ -22,7 +22,6 @@ from async_grpo.observability.report.build import load_run, summarize, write_rep
 from async_grpo.tracing.files import load_trace
 from async_grpo.train import run
 
-sys.path.insert(0, os.path.dirname(__file__))
 from synthetic_runs import assert_well_formed
 
 KINDS = {"controller", "dataset", "generator", "reward", "buffer", "reference", "trainer"}
