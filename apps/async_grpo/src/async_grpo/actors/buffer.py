@@ -3,7 +3,7 @@ traced, restorable in place.
 
 When tracing is on it records how long each producer waited for room, how long each put
 took, how long the trainer's request waited for a batch, and the number of episodes held (a
-counter track). It runs as a one-replica service (`components.py`): a buffer process that
+counter track). It runs as a one-replica service (`launch/spawn.py`): a buffer process that
 dies is started again, empty, and the controller generates again what it held (its ledger
 knows which groups those were; every `put` answers with the `incarnation` that took it).
 """

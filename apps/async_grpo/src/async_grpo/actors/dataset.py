@@ -10,7 +10,7 @@ from async_grpo.tasks.prompts import PromptStream, Sample
 
 
 class DatasetActor(Actor):
-    """Prompt `i` of the run (`prompts.PromptStream`): a generated task's draw, or a sample of
+    """Prompt `i` of the run (`tasks.prompts.PromptStream`): a generated task's draw, or a sample of
     `samples` (a file or HF dataset) in a shuffled order, reshuffled each epoch. Holds no
     position of its own, so a restarted replica answers exactly as the one it replaces."""
 

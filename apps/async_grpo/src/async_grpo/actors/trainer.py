@@ -1,12 +1,12 @@
 """The trainer actor: one rank of the trainer, whether it has one process or several.
 
 With `trainer.procs == 1` the mesh holds one `Trainer` and weights go out through
-`rdma-tensor`; with more, every rank holds a shard of each weight (`sharding.py`) and
+`rdma-tensor`; with more, every rank holds a shard of each weight (`model/sharding.py`) and
 publishes its shards through `dtensor-reshard`. Everything else (the step, its guards, the
-version) is `training.TrainerCore`. Every endpoint is called on the whole mesh: `train_step`
+version) is `grpo.step.TrainerCore`. Every endpoint is called on the whole mesh: `train_step`
 and `full_weights` run collectives when sharded. A trainer given a checkpoint (`restore`)
 starts from its weights, optimizer state and version instead of the model's
-(`trainer_state`); `save` writes one in the background.
+(`checkpoint.trainer_state`); `save` writes one in the background.
 """
 
 from __future__ import annotations

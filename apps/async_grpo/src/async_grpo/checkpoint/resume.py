@@ -6,7 +6,7 @@ a given one (a checkpoint directory, or a run directory holding checkpoints). Th
 config is the checkpoint's, with the command line's options applied on top (or, with
 `--preset`, the preset's); only the fields in `MAY_CHANGE` may then differ from the
 checkpoint's. A trainer that dies mid-run is restored from the same kind of cut
-(`recovery.py`).
+(`controller/recovery.py`).
 """
 
 from __future__ import annotations

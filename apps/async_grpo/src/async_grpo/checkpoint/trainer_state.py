@@ -5,7 +5,7 @@ DCP stores every tensor by name and by the slices each rank held, so a checkpoin
 by N sharded ranks loads into M (or into one unsharded process, and back): a run may resume
 with another `--trainer.procs`. `torch.distributed.checkpoint.state_dict.get_state_dict`
 names the optimizer state by parameter name, the same for a plain and an FSDP model. The
-learning-rate schedule is a function of the version (`training.learning_rate`), so the
+learning-rate schedule is a function of the version (`grpo.step.learning_rate`), so the
 version is its whole state.
 
 Copying and writing happen in the background (`CheckpointWriter`): the trainer is held only

@@ -2,7 +2,7 @@
 
 Spawns a dataset, a generator service, a reward service, a replay buffer, a trainer (and a
 reference model when the KL term is on), each in its own process, on this host or on the
-host meshes `--placement` names (`placement.py`), and trains until `--steps` train steps or
+host meshes `--placement` names (`launch/placement.py`), and trains until `--steps` train steps or
 `--max_minutes`. Prints sampled trajectories and throughput every `--log_every` steps,
 writes `<out_dir>/metrics.jsonl`, and ends with a summary.
 

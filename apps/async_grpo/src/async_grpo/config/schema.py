@@ -1,7 +1,7 @@
 """Typed configuration: one dataclass per component, one `RunConfig` holding them all.
 
 Every field has a one-line docstring, which `--help` shows with the field's default
-(`arguments.parse` builds the command line from these classes with `tyro`). `validate`
+(`config.args.parse` builds the command line from these classes with `tyro`). `validate`
 checks ranges and how the fields fit together, raising a `ConfigError` naming the key; it
 runs in the controller before any process is spawned. Values derived from several fields
 are properties of `RunConfig`, computed there and nowhere else.
@@ -121,7 +121,7 @@ class EnvConfig:
     credit: Literal["episode", "turn"] = "episode"
     """What a policy turn is credited with: "episode", the group advantage of the episode's
     return (every turn alike); "turn", its own return's advantage over the other episodes'
-    at the same turn (`grpo.turn_advantages`)."""
+    at the same turn (`grpo.advantages.turn_advantages`)."""
     turn_discount: float = 1.0
     """With credit "turn": the weight of the next turn's return in a turn's return, in
     [0, 1]; 0 credits a turn with its own reward only."""
@@ -178,10 +178,10 @@ class RewardConfig:
 
 @dataclasses.dataclass
 class TrainerConfig:
-    """GRPO trainer: AdamW on the token-level loss of `grpo.grpo_loss`.
+    """GRPO trainer: AdamW on the token-level loss of `grpo.loss.grpo_loss`.
 
     `lr_schedule="cosine"`: linear warm-up over `warmup_steps`, then a cosine decay to
-    `lr * min_lr_ratio` at the run's last step (`training.learning_rate`). `procs > 1` shards
+    `lr * min_lr_ratio` at the run's last step (`grpo.step.learning_rate`). `procs > 1` shards
     the trainer FSDP-style (every parameter a `Shard(0)` DTensor; gloo on CPU, nccl on GPU)
     and sends weights to the generators through `dtensor-reshard`; `procs == 1` is one
     process sending them through `rdma-tensor`."""
@@ -205,11 +205,11 @@ class TrainerConfig:
     advantage_scale: AdvantageScale = "std"
     """What a group's centred rewards are divided by: "std" (GRPO), "mean" (MaxRL's mean,
     measured from the group's lowest reward: for 0/1 rewards the supervised gradient in
-    expectation) or "none" (`grpo.group_advantages`)."""
+    expectation) or "none" (`grpo.advantages.group_advantages`)."""
     procs: int = 1
     """Trainer processes; more than 1 shards the model FSDP-style over them."""
     loss: LossConfig = dataclasses.field(default_factory=LossConfig)
-    """The GRPO loss (`grpo.LossConfig`); `loss.kl_coef > 0` also spawns a reference model."""
+    """The GRPO loss (`LossConfig`); `loss.kl_coef > 0` also spawns a reference model."""
 
 
 @dataclasses.dataclass
@@ -264,7 +264,7 @@ class RunConfig:
     eval_every: int = 20
     """Train steps between evaluations on the fixed eval prompts (plus one at the end); 0: none."""
     eval_prompts: int = 8
-    """Most prompts in the eval set (`tasks.eval_set`; every N of the count task)."""
+    """Most prompts in the eval set (`tasks.prompts.eval_set`; every N of the count task)."""
     log_every: int = 10
     """Train steps between report lines."""
     out_dir: str = "runs/async-grpo"

@@ -1,6 +1,6 @@
 """New weights on their way to every generator replica.
 
-The trainer stages each version (`weight_sync`); `sync_weights` has every replica pull one,
+The trainer stages each version (`weight_sync.update`); `sync_weights` has every replica pull one,
 and `WeightBroadcast` queues the versions the broadcast loop sends, one fanout at a time,
 always the newest. A replica that comes back after a death (or is behind for any reason) also
 pulls the newest version itself before it serves: every generation request brings it

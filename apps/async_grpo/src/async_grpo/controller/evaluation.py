@@ -1,10 +1,10 @@
 """Evaluating the policy itself while it trains (on prompts here; on environments'
-held-out tasks in `env_rollout.env_eval`).
+held-out tasks in `env_eval`).
 
 The training window (the last `window` generated episodes) mixes whichever prompts were drawn
 lately: with 16 answers per prompt, a 64-episode window holds 4 prompts, and it swings with
 their difficulty as much as with the policy. An evaluation instead scores every prompt of a
-fixed set (`tasks.eval_set`: for `count`, each N once), `group_size` samples each from the
+fixed set (`tasks.prompts.eval_set`: for `count`, each N once), `group_size` samples each from the
 same sampling distribution the rollouts use, and averages per prompt. Its episodes never
 reach the replay buffer or the training window.
 """

@@ -1,7 +1,7 @@
 """The controller's job from start to end: spawn every process, put them all at the starting
 point (a fresh run, or the checkpoint `--resume` names), run the loops (`loops.py`) until
 training ends, restore the trainer from the newest checkpoint whenever it dies
-(`recovery.py`), and stop every process on return, error or Ctrl-C.
+(`controller/recovery.py`), and stop every process on return, error or Ctrl-C.
 
 While it runs, `<out_dir>/processes.json` lists the pid of every process by component.
 """

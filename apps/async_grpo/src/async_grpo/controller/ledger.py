@@ -1,6 +1,6 @@
 """The controller's ledger of prompts: which ones the run drew, and where each one is.
 
-A rollout claims a `Call`: prompts, by index in the run's prompt stream (`prompts.py`),
+A rollout claims a `Call`: prompts, by index in the run's prompt stream (`tasks/prompts.py`),
 generated together with one seed. Each prompt's group then goes in flight -> held (in the
 buffer) -> taken (in a batch) -> trained, or leaves as stale (the buffer evicted it) or
 dropped (an episode of its group failed). Knowing that is what lets a failure cost no

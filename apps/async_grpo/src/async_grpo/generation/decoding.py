@@ -28,7 +28,7 @@ class Completion:
     probabilities the sampling distribution gave each response token; `finished` is False
     when generation hit `max_new_tokens` first; `policy_version` is the weight version that
     produced it. Lists, not tensors: they cross a process boundary, and the controller turns
-    them into the buffer's `Episode` tensors once (`rollout.to_episodes`).
+    them into the buffer's `Episode` tensors once (`episodes.to_episodes`).
     """
 
     prompt: str

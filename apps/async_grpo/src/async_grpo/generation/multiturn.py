@@ -9,7 +9,7 @@ so the others never wait for it.
 
 The conversation the model sees is token ids: the environment's text encoded, the
 policy's turns exactly as sampled (with their end-of-sequence token), joined in order
-(`rl_envs.context_ids`). Training uses the same join (`rollout.records_to_episodes`), so
+(`rl_envs.context_ids`). Training uses the same join (`episodes.records_to_episodes`), so
 what was generated and what is trained agree token for token.
 """
 

@@ -1,7 +1,7 @@
 """Turning episodes into padded tensors, and recomputing their log-probs with a model.
 
 The trainer and the reference model both call `sequence_logprobs`; it goes through
-`sampling.token_logprobs_and_entropy`, the same distribution the generator sampled from.
+`logprobs.token_logprobs_and_entropy`, the same distribution the generator sampled from.
 """
 
 from __future__ import annotations

@@ -249,7 +249,7 @@ _UNMOVABLE = {
     "dataset": "the dataset",
     "reference": "the reference model",
 }
-"""Actor names (as `components.py` spawns them) of the components with one process each."""
+"""Actor names (as `launch/spawn.py` spawns them) of the components with one process each."""
 
 
 def process_lost(message: str) -> str:

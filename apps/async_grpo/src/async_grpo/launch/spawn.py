@@ -7,8 +7,8 @@ the calls it was serving sent again) the dataset, the replay buffer, the referen
 when the KL term is on, the generator and reward services, and with `--env.tasks` one
 service per environment (`rl_envs`). A service replica that hangs is found by its call
 timeout (`--generator.call_timeout_s`, ...) and replaced the same way. The trainer is the
-controller's to restore (`recovery.py`): a call to a dead trainer raises
-`faults.TrainerDied`.
+controller's to restore (`controller/recovery.py`): a call to a dead trainer raises
+`launch.trainer.TrainerDied`.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 @dataclasses.dataclass(frozen=True)
 class EvalResult:
-    """The policy's mean reward on the fixed eval prompts (`tasks.eval_set`): `group_size`
+    """The policy's mean reward on the fixed eval prompts (`tasks.prompts.eval_set`): `group_size`
     samples per prompt from the sampling distribution of weights `version`, each prompt
     weighted the same. Requested after train step `step`; `per_prompt` is in eval-set
     order. Unlike the training window, it does not depend on which prompts happened to be

@@ -3,7 +3,7 @@
 Two engines behind one small interface (`Engine`), picked by `--generator.engine`:
 
 - `hf` (default): a `transformers` model and the app's own sampling loop
-  (`sampling.generate`); nothing to install, right on a CPU;
+  (`decoding.generate`); nothing to install, right on a CPU;
 - `vllm`: a vLLM engine inside the replica's process (`engines.vllm_engine`), with weights
   loaded in place from `rdma-tensor` or `dtensor-reshard`. Needs `uv sync --extra vllm`
   (CPU build) or `--extra vllm-cuda` (CUDA build).

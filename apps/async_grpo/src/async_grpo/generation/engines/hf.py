@@ -1,4 +1,4 @@
-"""The `hf` engine: the policy as a `transformers` model, sampled by `sampling.generate`.
+"""The `hf` engine: the policy as a `transformers` model, sampled by `decoding.generate`.
 
 The embedded default: nothing to install beyond the app, the same model class the trainer
 runs, and weights pulled straight into its parameters. Right for a CPU and for checking;

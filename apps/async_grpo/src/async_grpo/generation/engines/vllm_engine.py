@@ -5,11 +5,11 @@ as the `hf` engine does, and handed to vLLM as token ids (vLLM loads no tokenize
 sampling parameters are the configured distribution and nothing else (`generation_config=
 "vllm"`: a checkpoint's own defaults, such as a top-k or a repetition penalty, are ignored);
 a model whose vocabulary is padded past the tokenizer is limited to the tokenizer's tokens,
-as `sampling.masked_logits` does. vLLM runs with `logprobs_mode="processed_logprobs"`, so
+as `grpo.logprobs.masked_logits` does. vLLM runs with `logprobs_mode="processed_logprobs"`, so
 the log-prob it returns for each sampled token is that of the distribution it sampled from,
 after temperature and top-p: the behavior log-prob the trainer's recomputation reproduces.
 
-Weights: a version is staged on CPU in the trainer's names (`engines.staging`: mapped, not
+Weights: a version is staged on CPU in the trainer's names (`weight_sync.staging`: mapped, not
 copied, on the trainer's machine) and loaded in place by the model runner's
 `reload_weights(..., is_checkpoint_format=True)` (vLLM's layer-wise reload: each layer's
 weights are loaded and re-processed for its kernels, then copied into the running storage).
@@ -178,7 +178,7 @@ class VLLMEngine:
             raise EngineError(f"generator.engine vllm: vLLM could not start: {e}") from e
         vocab = int(self._llm.llm_engine.model_config.get_vocab_size())
         # A vocabulary padded past the tokenizer (a random-weights model with a small
-        # tokenizer): sample only real tokens, as `sampling.masked_logits` does.
+        # tokenizer): sample only real tokens, as `grpo.logprobs.masked_logits` does.
         allowed = list(range(len(self._tokenizer))) if vocab > len(self._tokenizer) else None
         params = functools.partial(
             vllm.SamplingParams,

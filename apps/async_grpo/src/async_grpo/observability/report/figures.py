@@ -1,6 +1,6 @@
 """The report's plotly figures, built from a run's metrics rows and its trace.
 
-Each function returns a `plotly.graph_objects.Figure`; `report.py` serialises them and the page
+Each function returns a `plotly.graph_objects.Figure`; `build.py` serialises them and the page
 draws them with plotly.js. Rows are the dicts of `metrics.jsonl` (`metrics.StepRow` fields);
 a field a row lacks is left out of its curve rather than failing the report.
 """

@@ -1,5 +1,5 @@
 """The report's HTML page: `%TITLE%`, `%PLOTLYJS%` (plotly.js, inlined so the page works
-offline) and `%DATA%` (the runs, as built by `report.run_view`) are filled in by `report.render`.
+offline) and `%DATA%` (the runs, as built by `build.run_view`) are filled in by `build.render`.
 
 The script only switches between precomputed figures: moving the slider (`#run-slider`)
 redraws every figure with `Plotly.react` and rewrites the numbers (`#stat-<key>`, each with
