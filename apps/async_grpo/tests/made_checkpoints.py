@@ -10,10 +10,9 @@ from pathlib import Path
 
 import torch
 from async_grpo.checkpoint import disk
-from async_grpo.checkpoint.disk import HOLDS, write_files
-from async_grpo.checkpoint.state import ControllerState
 from async_grpo.checkpoint.trainer_state import CheckpointWriter
 from async_grpo.config.schema import RunConfig
+from async_grpo.controller.cut import HOLDS, ControllerState, write_files
 from async_grpo.controller.ledger import PromptLedger
 from async_grpo.grpo.step import TrainerCore
 from async_grpo.launch.spawn import buffer_config

@@ -25,10 +25,10 @@ from tqdm import tqdm  # type: ignore[import-untyped]
 
 from async_grpo import tracing
 from async_grpo.actors.trainer import TrainResult
-from async_grpo.checkpoint.disk import Cut
 from async_grpo.checkpoint.resume import start_fresh
 from async_grpo.config.schema import RunConfig
 from async_grpo.controller.context import StopRequest
+from async_grpo.controller.cut import Cut
 from async_grpo.controller.job import Spawn, StepCallback, run_job
 from async_grpo.launch.prepare import Prepared, prepare
 from async_grpo.launch.spawn import spawn_components

@@ -12,11 +12,12 @@ from typing import Any
 
 import pytest
 from async_grpo.checkpoint import disk
-from async_grpo.checkpoint import state as run_state
-from async_grpo.checkpoint.state import CheckpointError, ControllerState
+from async_grpo.checkpoint.codec import CheckpointError
 from async_grpo.config.schema import DataConfig
+from async_grpo.controller import cut
+from async_grpo.controller.cut import ControllerState
 from async_grpo.controller.ledger import Call, Held, LedgerState
-from async_grpo.observability.metrics import EvalResult, RunMetrics, Shown, StepRow
+from async_grpo.observability.metrics import EvalScore, RunMetrics, Shown, StepRow
 from async_grpo.seeds import derive_seed
 from async_grpo.tasks.environments import TaskSourceState
 from async_grpo.tasks.prompts import PromptStream, Sample
@@ -91,7 +92,7 @@ def full_state() -> ControllerState:
     metrics = RunMetrics(4)
     metrics.rewards.extend([0.5, 1.0])
     metrics.recent.append(Shown("count to 2:", "1 2", 1.0, 3))
-    metrics.evals.append(EvalResult(4, 3, 0.5, 0.25, (("count to 1:", 0.5),)))
+    metrics.evals.append(EvalScore(4, 3, 0.5, 0.25, (("count to 1:", 0.5),)))
     metrics.faults.trainer_restores = 2
     metrics.reached_09 = (7, 12.5)
     row: dict[str, Any] = {f.name: 0 for f in dataclasses.fields(StepRow)}
@@ -108,20 +109,20 @@ def full_state() -> ControllerState:
 
 def test_the_controller_state_reads_back_as_written() -> None:
     state = full_state()
-    assert run_state.parse(run_state.encode(state)) == state
+    assert cut.parse(cut.encode(state)) == state
 
 
 def test_a_malformed_controller_state_is_refused_naming_where() -> None:
-    raw = json.loads(run_state.encode(full_state()))
+    raw = json.loads(cut.encode(full_state()))
     raw["ledger"]["redo"][0]["seed"] = "seven"
     with pytest.raises(CheckpointError, match=r"controller.ledger.redo\[0\].seed: expected int"):
-        run_state.parse(json.dumps(raw))
-    raw = json.loads(run_state.encode(full_state()))
+        cut.parse(json.dumps(raw))
+    raw = json.loads(cut.encode(full_state()))
     raw["metrics"]["surprise"] = 1
     with pytest.raises(
         CheckpointError, match=r"controller.metrics: unknown field\(s\) \['surprise'\]"
     ):
-        run_state.parse(json.dumps(raw))
+        cut.parse(json.dumps(raw))
 
 
 def test_prompt_i_is_the_same_wherever_it_is_asked_for() -> None:

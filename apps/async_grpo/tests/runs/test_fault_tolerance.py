@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import torch
 from async_grpo.actors.trainer import TrainResult
-from async_grpo.checkpoint import state as run_state
+from async_grpo.controller import cut
 from async_grpo.cli.main import main
 from async_grpo.config.args import apply_overrides
 from async_grpo.config.presets import tiny
@@ -148,7 +148,7 @@ def test_an_async_run_resumed_skips_no_prompt_and_trains_none_twice(
     trained_ids = [i for line in lines for i in json.loads(line)["prompts"]]
     assert len(trained_ids) == len(set(trained_ids)), "a prompt was trained twice"
     last = tmp_path / "checkpoints" / f"step-{STEPS:06d}" / "controller.json"
-    ledger = run_state.parse(last.read_text()).ledger
+    ledger = cut.parse(last.read_text()).ledger
     waiting = [i for c in ledger.redo for i in c.indices]
     waiting += [i for h in ledger.held for i in h.call.indices]
     assert not set(trained_ids) & set(waiting)

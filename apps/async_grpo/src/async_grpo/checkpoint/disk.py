@@ -22,26 +22,29 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import hashlib
-import io
 import json
 import os
 import re
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-import torch
-from replay_buffer import ReplayBuffer, ReplayBufferConfig
-
-from async_grpo.checkpoint import state as controller_json
-from async_grpo.checkpoint.state import CheckpointError, ControllerState
-from async_grpo.config.schema import RunConfig
-from async_grpo.observability.sink import METRICS_FILE, PROMPTS_FILE
+from async_grpo.checkpoint.codec import CheckpointError
 
 FORMAT = "async-grpo-checkpoint"
+
+
 FORMAT_VERSION = 1
+
+
 MANIFEST = "manifest.json"
+# The files a checkpoint of a run holds besides the manifest (`controller/cut.py`).
+CONFIG_FILE = "config.json"
+CONTROLLER_FILE = "controller.json"
+BUFFER_FILE = "buffer.pt"
+TRAINER_DIR = "trainer"
+
+
 _STEP = re.compile(r"step-(\d{6,})")
 
 
@@ -208,90 +211,3 @@ def _sha256(path: Path) -> str:
         while chunk := f.read(1 << 22):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-CONFIG_FILE = "config.json"
-
-
-CONTROLLER_FILE = "controller.json"
-
-
-BUFFER_FILE = "buffer.pt"
-
-
-TRAINER_DIR = "trainer"
-
-
-@dataclasses.dataclass(frozen=True)
-class Cut:
-    """A consistent point of a run to continue from: `checkpoint`, the directory it was read
-    from (None: the run's start, nothing on disk); the controller's state; the buffer's
-    `state_dict` (None: empty); the metrics rows and trained-prompt rows up to its version
-    (the text of the two JSONL files)."""
-
-    checkpoint: Path | None
-    controller: ControllerState
-    buffer: dict[str, Any] | None
-    metrics_rows: str
-    prompt_rows: str
-
-    @property
-    def version(self) -> int:
-        return self.controller.version
-
-    @property
-    def trainer(self) -> Path | None:
-        """The trainer's distributed checkpoint, or None at the run's start."""
-        return None if self.checkpoint is None else self.checkpoint / TRAINER_DIR
-
-
-def read_cut(path: Path, buffer_config: ReplayBufferConfig) -> Cut:
-    """Checkpoint `path` read back and checked whole (every file's size and hash, the
-    controller's state, the buffer's state against the run's buffer config)."""
-    manifest = verify(path)
-    controller = controller_json.parse((path / CONTROLLER_FILE).read_text())
-    if controller.version != manifest.version:
-        raise CheckpointError(
-            f"{path}: its controller state is of version {controller.version}, its manifest "
-            f"says {manifest.version}"
-        )
-    try:
-        state = torch.load(io.BytesIO((path / BUFFER_FILE).read_bytes()), weights_only=True)
-        ReplayBuffer(buffer_config).load_state_dict(state)  # checks it, here
-    except (ValueError, RuntimeError, OSError) as e:
-        raise CheckpointError(f"{path / BUFFER_FILE}: {e}") from None
-    return Cut(
-        checkpoint=path,
-        controller=controller,
-        buffer=state,
-        metrics_rows=(path / METRICS_FILE).read_text(),
-        prompt_rows=(path / PROMPTS_FILE).read_text(),
-    )
-
-
-HOLDS = (
-    f"{TRAINER_DIR}/: the trainer's weights, AdamW state and version "
-    "(torch.distributed.checkpoint; loads into any number of trainer processes)",
-    f"{BUFFER_FILE}: the replay buffer's state_dict (held groups, counters, RNG)",
-    f"{CONTROLLER_FILE}: the prompt ledger (next prompt, prompts to draw again, held "
-    "groups), the metrics so far, the task draws' RNG",
-    f"{CONFIG_FILE}: the run's config",
-    f"{METRICS_FILE}, {PROMPTS_FILE}: the rows of every step up to this version",
-)
-
-
-def write_files(
-    partial: Path,
-    cfg: RunConfig,
-    state: ControllerState,
-    buffer: dict[str, Any],
-    *,
-    metrics_rows: str,
-    prompt_rows: str,
-) -> None:
-    """Writes the controller's files of a checkpoint into `partial` (blocking)."""
-    (partial / CONFIG_FILE).write_text(json.dumps(dataclasses.asdict(cfg), default=str))
-    (partial / CONTROLLER_FILE).write_text(controller_json.encode(state))
-    torch.save(buffer, partial / BUFFER_FILE)
-    (partial / METRICS_FILE).write_text(metrics_rows)
-    (partial / PROMPTS_FILE).write_text(prompt_rows)

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from async_grpo.checkpoint import disk
+from async_grpo.checkpoint.codec import CheckpointError
 from async_grpo.checkpoint.disk import CONFIG_FILE
-from async_grpo.checkpoint.state import CheckpointError
 from async_grpo.config.args import build_config, config_keys, parse, take_flag
 from async_grpo.config.schema import ConfigError, RunConfig
 

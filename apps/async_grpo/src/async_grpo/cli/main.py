@@ -36,7 +36,6 @@ from pathlib import Path
 from monarch._rust_bindings.monarch_hyperactor.supervision import SupervisionError
 from monarch.actor import ActorError
 
-from async_grpo.checkpoint.disk import Cut, read_cut
 from async_grpo.checkpoint.resume import (
     check_fresh_start,
     resume_config,
@@ -46,6 +45,7 @@ from async_grpo.checkpoint.resume import (
 from async_grpo.cli import sweep
 from async_grpo.config.args import build_config
 from async_grpo.config.validate import validate
+from async_grpo.controller.cut import Cut, read_cut
 from async_grpo.controller.job import Spawn
 from async_grpo.grpo.step import NonFiniteError
 from async_grpo.launch.placement import describe, process_lost

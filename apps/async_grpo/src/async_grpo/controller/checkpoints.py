@@ -30,11 +30,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from async_grpo.actors.buffer import BufferActor, BufferSnapshot
+from replay_buffer import BufferSnapshot
+
+from async_grpo.actors.buffer import BufferActor
 from async_grpo.checkpoint import disk
-from async_grpo.checkpoint.disk import HOLDS, TRAINER_DIR, write_files
-from async_grpo.checkpoint.state import ControllerState
+from async_grpo.checkpoint.disk import TRAINER_DIR
 from async_grpo.config.schema import RunConfig
+from async_grpo.controller.cut import HOLDS, ControllerState, write_files
 from async_grpo.controller.ledger import LedgerState, PromptLedger
 from async_grpo.controller.staleness import StalenessGate
 from async_grpo.launch.spawn import Components
@@ -84,7 +86,9 @@ class Checkpoints:
                 snap = await job.components.buffer.endpoint(BufferActor.snapshot).route()
                 # The controller's state as the snapshot answers, not after the trainer's
                 # save: a put the buffer takes meanwhile must still be in flight here.
-                return snap, job.controller_state(version, job.ledger.state(dict(snap.groups)))
+                # Group ids are prompt indices here (`ledger.py`).
+                held = {int(group): oldest for group, oldest in snap.groups}
+                return snap, job.controller_state(version, job.ledger.state(held))
 
             # The buffer's state and the trainer's at the same cut, both at once.
             (snap, state), _ = await asyncio.gather(

@@ -7,11 +7,10 @@ import asyncio
 import dataclasses
 from collections.abc import Callable
 
-from async_grpo.checkpoint.disk import Cut
-from async_grpo.checkpoint.state import ControllerState
 from async_grpo.config.schema import RunConfig
 from async_grpo.controller.broadcast import WeightBroadcast
 from async_grpo.controller.checkpoints import Checkpoints
+from async_grpo.controller.cut import ControllerState, Cut
 from async_grpo.controller.evaluation import Evaluator
 from async_grpo.controller.ledger import LedgerState, PromptLedger
 from async_grpo.controller.staleness import StalenessGate

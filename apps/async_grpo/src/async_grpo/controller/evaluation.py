@@ -26,7 +26,7 @@ from async_grpo.generation.multiturn import Encode, PlayedEpisode, policy_versio
 from async_grpo.launch.prepare import Prepared
 from async_grpo.launch.spawn import Components
 from async_grpo.model.policy import load_tokenizer
-from async_grpo.observability.metrics import EvalResult, RunMetrics
+from async_grpo.observability.metrics import EvalScore, RunMetrics
 from async_grpo.seeds import derive_seed
 from async_grpo.tasks.environments import TaskSource, mean_by_env
 from async_grpo.tasks.prompts import Sample, eval_set
@@ -39,7 +39,7 @@ def score_eval(
     prompts: Sequence[Sample],
     groups: Sequence[Sequence[Completion]],
     rewards: list[float],
-) -> EvalResult:
+) -> EvalScore:
     """Folds one evaluation's completions and rewards (flat, prompt-major) into a result:
     the mean over prompts of each prompt's mean reward."""
     per_prompt: list[tuple[str, float]] = []
@@ -51,7 +51,7 @@ def score_eval(
         per_prompt.append((sample.prompt, sum(scores) / len(scores)))
         exact.append(sum(exact_match(c.text, sample.target) for c in group) / len(group))
     version = min(c.policy_version for group in groups for c in group)
-    return EvalResult(
+    return EvalScore(
         step=step,
         version=version,
         reward=sum(r for _, r in per_prompt) / len(per_prompt),
@@ -60,7 +60,7 @@ def score_eval(
     )
 
 
-EvalFn = Callable[[int], Awaitable[EvalResult | None]]
+EvalFn = Callable[[int], Awaitable[EvalScore | None]]
 """Runs one evaluation, requested after train step `step`; None when it has nothing to
 score (every multi-turn episode failed)."""
 
@@ -75,7 +75,7 @@ def prompt_eval(
     """Evaluation on fixed prompts: `group_size` samples each (seeded by `seed` and the step,
     from the `newest` weights or newer), scored by the reward service."""
 
-    async def run(step: int) -> EvalResult | None:
+    async def run(step: int) -> EvalScore | None:
         groups = await generator.endpoint(Generator.generate).route(
             [s.prompt for s in prompts], derive_seed(seed, "eval", step), newest()
         )
@@ -93,7 +93,7 @@ class Evaluator:
 
     def __init__(self, run: EvalFn, metrics: RunMetrics) -> None:
         self._run, self._metrics = run, metrics
-        self._task: asyncio.Task[EvalResult | None] | None = None
+        self._task: asyncio.Task[EvalScore | None] | None = None
         self._step = 0
 
     @property
@@ -103,7 +103,7 @@ class Evaluator:
         running = self._task is not None and not self._task.done()
         return self._step if running else None
 
-    async def evaluate(self, step: int) -> EvalResult | None:
+    async def evaluate(self, step: int) -> EvalScore | None:
         """One evaluation now."""
         result = await self._run(step)
         if result is not None:
@@ -120,7 +120,7 @@ class Evaluator:
         self._step = step
         self._task = asyncio.create_task(self.evaluate(step))
 
-    async def final(self, step: int) -> EvalResult | None:
+    async def final(self, step: int) -> EvalScore | None:
         """Waits for a running evaluation, then evaluates the generators' current weights."""
         if self._task is not None:
             await self._task
@@ -135,7 +135,7 @@ class Evaluator:
 
 def score_env_eval(
     step: int, tasks: Sequence[Task], groups: Sequence[Sequence[PlayedEpisode]]
-) -> tuple[EvalResult, dict[str, float]] | None:
+) -> tuple[EvalScore, dict[str, float]] | None:
     """Folds one evaluation's episodes (a group per task) into a result, and each
     environment's score for its curriculum. A task's score is the mean return of its
     completed episodes; the result's `reward` averages tasks, `exact` is the share of
@@ -153,7 +153,7 @@ def score_env_eval(
             versions += [policy_version(r) for r in done]
     if not per_task:
         return None
-    result = EvalResult(
+    result = EvalScore(
         step=step,
         version=min(versions),
         reward=sum(v for _, v in per_task) / len(per_task),
@@ -176,7 +176,7 @@ def env_eval(
     `eval_prompts` of them, `group_size` episodes each, scored by `score_env_eval`. Each
     environment's score then feeds its curriculum (with `--env.curriculum`)."""
 
-    async def run(step: int) -> EvalResult | None:
+    async def run(step: int) -> EvalScore | None:
         tasks = source.eval_tasks(cfg.eval_prompts)
         seed = derive_seed(cfg.seed, "eval", step)
         groups = await play_tasks(c, cfg, encode, tasks, seed=seed, weights=newest())

@@ -17,12 +17,11 @@ from actor_service import ReplicaEvent
 
 from async_grpo.actors.trainer import TrainResult
 from async_grpo.checkpoint import disk
-from async_grpo.checkpoint.disk import Cut
-from async_grpo.checkpoint.state import ControllerState
 from async_grpo.config.schema import RunConfig
 from async_grpo.controller.broadcast import WeightBroadcast
 from async_grpo.controller.checkpoints import Checkpoints
 from async_grpo.controller.context import Job, StopRequest
+from async_grpo.controller.cut import ControllerState, Cut
 from async_grpo.controller.evaluation import make_evaluator
 from async_grpo.controller.ledger import PromptLedger
 from async_grpo.controller.loops import cancel_tasks, run_loops

@@ -19,8 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from actor_service import NoHealthyReplicaError
-from replay_buffer import Episode, SampledBatch
-from rl_envs import Warmup
+from replay_buffer import Episode, SampledBatch, Warmup
 
 from async_grpo import tracing
 from async_grpo.actors.buffer import BufferActor

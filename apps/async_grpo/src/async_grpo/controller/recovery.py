@@ -23,10 +23,10 @@ from collections.abc import Callable
 from actor_service import ReplicaEvent
 
 from async_grpo.actors.buffer import BufferActor
-from async_grpo.checkpoint.disk import Cut, read_cut
 from async_grpo.config.schema import RunConfig
 from async_grpo.controller.broadcast import WeightBroadcast, sync_weights
 from async_grpo.controller.context import Job
+from async_grpo.controller.cut import Cut, read_cut
 from async_grpo.controller.ledger import PromptLedger
 from async_grpo.controller.staleness import StalenessGate
 from async_grpo.launch.spawn import buffer_config

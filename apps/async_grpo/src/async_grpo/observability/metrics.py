@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 
 @dataclasses.dataclass(frozen=True)
-class EvalResult:
+class EvalScore:
     """The policy's mean reward on the fixed eval prompts (`tasks.prompts.eval_set`): `group_size`
     samples per prompt from the sampling distribution of weights `version`, each prompt
     weighted the same. Requested after train step `step`; `per_prompt` is in eval-set
@@ -164,7 +164,7 @@ class RunMetrics:
         self.last_sync_s = 0.0
         self.last_sync_transport = ""
         self.episodes_dropped = 0
-        self.evals: list[EvalResult] = []
+        self.evals: list[EvalScore] = []
         self.faults = Faults()
         self.start_reward: float | None = None  # the window's reward when it first was full
         self.reached_09: tuple[int, float] | None = None  # (step, wall s) it first was >= 0.9
@@ -209,7 +209,7 @@ class RunMetrics:
         return out
 
     @property
-    def last_eval(self) -> EvalResult | None:
+    def last_eval(self) -> EvalScore | None:
         return self.evals[-1] if self.evals else None
 
     def window_full(self) -> bool:
@@ -357,7 +357,7 @@ class MetricsState:
     tokens_at_first_step: int
     last_sync_s: float
     episodes_dropped: int
-    evals: tuple[EvalResult, ...]
+    evals: tuple[EvalScore, ...]
     faults: Faults
     start_reward: float | None
     reached_09: tuple[int, float] | None

@@ -1,22 +1,16 @@
-"""The controller's part of a checkpoint: where the prompts are, the metrics so far, the
-task draws (multi-turn), as `controller.json`.
+"""Dataclasses as JSON and back: what the controller's part of a checkpoint is made of.
 
-`ControllerState` and everything in it are dataclasses; they are written with
-`dataclasses.asdict` and read back by `decode`, which rebuilds each dataclass from its
-field types and refuses anything that does not fit (an unknown field, a wrong type), naming
-where. A field added later with a default reads from an older file as its default.
+A state is written with `dataclasses.asdict` and read back by `decode`, which rebuilds each
+dataclass from its field types and refuses anything that does not fit (an unknown field, a
+wrong type), naming where. A field added later with a default reads from an older file as
+its default.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import types
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
-
-from async_grpo.controller.ledger import LedgerState
-from async_grpo.observability.metrics import MetricsState
-from async_grpo.tasks.environments import TaskSourceState
 
 T = TypeVar("T")
 
@@ -24,34 +18,6 @@ T = TypeVar("T")
 class CheckpointError(ValueError):
     """A checkpoint (or a part of one read back) is missing, incomplete, damaged or of another
     format."""
-
-
-@dataclasses.dataclass(frozen=True)
-class ControllerState:
-    """The controller at a checkpoint's cut: the trainer `version` it was taken at, the
-    prompt ledger, the metrics, the task source's state (multi-turn runs; None otherwise),
-    and the step of an evaluation that was still running (None if none): a resumed run
-    runs it again."""
-
-    version: int
-    ledger: LedgerState
-    metrics: MetricsState
-    tasks: TaskSourceState | None
-    pending_eval: int | None
-
-
-def encode(state: ControllerState) -> str:
-    return json.dumps(dataclasses.asdict(state))
-
-
-def parse(text: str) -> ControllerState:
-    """`encode`'s output back; `CheckpointError` names what does not fit."""
-    try:
-        raw = json.loads(text)
-    except ValueError as e:
-        raise CheckpointError(f"controller state is not JSON ({e})") from None
-    state: ControllerState = decode(ControllerState, raw, "controller")
-    return state
 
 
 def decode(tp: Any, value: Any, where: str) -> Any:
