@@ -120,6 +120,70 @@ async def test_one_attempt_by_default(sandbox: Sandbox) -> None:
     assert result.reward == pytest.approx(0.1)  # it ran and printed a number; none of its 3
 
 
+def task_for(numbers: tuple[int, ...], operators: tuple[str, ...]) -> Task:
+    """A train task whose content is the computation `numbers` joined by `operators`."""
+    return next(
+        task
+        for task in (Task("calculator", seed=s) for s in range(100_000))
+        if Calculator.content(task) == (numbers, operators)
+    )
+
+
+# "Compute 3 times 8": each prints 24, and each writes 3 and 8 in order as its only
+# integer literals; none of them is the computation the question states.
+THREE_TIMES_EIGHT_CHEATS = [
+    "3 + 8 + 13.0",  # a float literal
+    "3 * 8 + False",  # a bool literal
+    "3 * 8 * True",
+    "3 + 8 + (13j).imag",  # a complex literal
+    "3 * 8 + (None is not None)",  # None
+    "3 + 8 + int('13')",  # a number written as a string
+    "3 + 8 + len('abcdefghijklm')",
+    "3 + 8 + len(b'abcdefghijklm')",
+    "3 * 8 * __debug__",  # a name whose value is True
+    "3 + 8 + len([[], [], [], [], [], [], [], [], [], [], [], [], []])",  # no literal at all
+    "3 * 8 * ([] == [])",
+]
+
+
+async def test_answers_that_bring_in_other_values_are_wrong(sandbox: Sandbox) -> None:
+    task = task_for((3, 8), ("*",))
+    assert Calculator.question(Calculator.content(task)) == "Compute 3 times 8 with Python."
+    for answer in THREE_TIMES_EIGHT_CHEATS:
+        calculator = Calculator()
+        await calculator.reset(task)
+        result = await calculator.step(Action(answer))
+        assert result.observation.text.startswith("= 24, but"), (answer, result)
+        assert result.reward < 1.0, answer
+    # The honest answer, checked the same way, is right.
+    calculator = Calculator()
+    await calculator.reset(task)
+    assert (await calculator.step(Action("3 * 8"))).reward == 1.0
+
+
+async def test_the_numbers_other_literals_dilute_the_partial_credit(sandbox: Sandbox) -> None:
+    task = task_for((3, 8), ("*",))
+    # Three literals, two of them the question's numbers: 0.1 for the run, 0.3 * 2/3.
+    for answer in ["3 + 8 + 13.0", "3 * 8 + False", "3 + 8 + int('13')"]:
+        calculator = Calculator()
+        await calculator.reset(task)
+        result = await calculator.step(Action(answer))
+        assert result.reward == pytest.approx(0.1 + 0.3 * 2 / 3), answer
+        assert result.observation.text == "= 24, but use each of 3, 8 exactly once"
+
+
+async def test_operators_the_question_does_not_say_are_wrong(sandbox: Sandbox) -> None:
+    # "4 minus 2" is 2, and so are these: the right numbers in the right order, but not
+    # the computation.
+    task = task_for((4, 2), ("-",))
+    for answer in ["4 // 2", "4 / 2", "(4).__floordiv__(2)"]:
+        calculator = Calculator()
+        await calculator.reset(task)
+        result = await calculator.step(Action(answer))
+        assert result.reward < 1.0, answer
+        assert result.observation.text.startswith("= 2, but"), (answer, result)
+
+
 def test_value_of_follows_python_precedence() -> None:
     assert value_of(((7, 4, 2), ("+", "*"))) == 15
     assert value_of(((7, 4, 2), ("*", "-"))) == 26
