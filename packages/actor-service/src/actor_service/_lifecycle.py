@@ -175,7 +175,8 @@ class Launcher:
     async def _spawn_procs(
         self, replica: Replica, generation: int, hosts: list[int], trying: list[int]
     ) -> int:
-        """Spawns the processes on the first of `hosts` that can; returns that host."""
+        """Spawns the processes on the first of `hosts` that can within `spawn_timeout_s`
+        (the supervisor's deadline); returns that host."""
         cfg = self._config
         failures = []
         for host in hosts:
