@@ -38,7 +38,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 PY=${GPU_CHECK_PYTHON:-python3}
 WORK=${GPU_CHECK_WORK:-/tmp/gpu_check}
 SITE=$WORK/site
-SRC=$(cd "$root" && ls -d packages/*/src apps/*/src | sed "s|^|$root/|" | paste -sd:)
+SRC=
+for dir in "$root"/packages/*/src "$root"/apps/*/src; do SRC=${SRC:+$SRC:}$dir; done
 export PYTHONPATH=$SITE:$SRC PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 export PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 # the same plugins here and in the rehearsal
 export PY WORK SITE root
@@ -49,10 +50,12 @@ part_setup() {
     "$PY" -c 'import sys; v = sys.version_info; print("python", sys.version.split()[0]); sys.exit(v[:2] != (3, 12) and "the Monarch bundle is for CPython 3.12")' || return 1
     [ -f "$root/.offline/monarch-cp312.tar.xz" ] || { echo ".offline/ is missing: run tools/gpu_bundle.sh here, then carry .offline"; return 1; }
     rm -rf "$SITE" && mkdir -p "$SITE" || return 1
-    tar -xJf "$root/.offline/monarch-cp312.tar.xz" -C "$SITE" || return 1
+    # Python unpacks it: the machine's image may lack the xz program.
+    "$PY" -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter="tar")' \
+        "$root/.offline/monarch-cp312.tar.xz" "$SITE" || return 1
     "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" \
         "$root"/.offline/wheels/*.whl || return 1
-    echo "unpacked into $SITE: $(ls "$SITE" | paste -sd' ')"
+    echo "unpacked into $SITE: $(cd "$SITE" && echo *)"
     if command -v nvidia-smi > /dev/null; then nvidia-smi; else echo "nvidia-smi: not found"; fi
     # Weight sync stages in shared memory (two slots of 1.26 GB for the 0.5B model), pinned.
     df -h /dev/shm "$WORK" | sed 's/^/  /'
@@ -143,6 +146,25 @@ else
 fi
 echo "gpu_check: mode $(cat "$WORK/mode"), python $(command -v "$PY"), scratch $WORK, results $OUT"
 
+# Starts a command as the leader of a new session, writing its pid (= the session id) to
+# $1 (Python's os.setsid: the image may lack the setsid program).
+NEW_SESSION='import os, sys
+os.setsid()
+open(sys.argv[1], "w").write(str(os.getpid()))
+os.execvp(sys.argv[2], sys.argv[2:])'
+
+# The pids of the processes in session $1, read from /proc (the image may lack ps).
+in_session() {
+    local wanted=$1 stat rest p
+    for p in /proc/[0-9]*; do
+        read -r stat < "$p/stat" 2> /dev/null || continue
+        rest=${stat##*) } # after the command name, which may hold spaces
+        # shellcheck disable=SC2086
+        set -- $rest # state ppid pgrp session ...
+        [ "${4:-}" = "$wanted" ] && [ "$1" != Z ] && echo "${p#/proc/}" # not zombies
+    done
+}
+
 # Runs one part in a session of its own under `timeout`, streams its log, then ends every
 # process still in that session (Monarch's processes each lead a process group of their
 # own, so killing the group alone would leave them holding the GPU).
@@ -152,7 +174,7 @@ run_part() {
     echo
     echo "======== $name (at most ${limit} s)"
     : > "$log"
-    setsid bash -c 'echo $$ > "$1"; shift; exec "$@"' _ "$WORK/$name.sid" \
+    "$PY" -c "$NEW_SESSION" "$WORK/$name.sid" \
         timeout -k 5 "$limit" bash "$root/tools/gpu_check.sh" --part "$name" > "$log" 2>&1 < /dev/null &
     local pid=$!
     tail -n +1 -f --pid="$pid" "$log" &
@@ -163,7 +185,7 @@ run_part() {
     sid=$(cat "$WORK/$name.sid" 2> /dev/null)
     if [ -n "$sid" ]; then
         local left
-        left=$(ps -eo pid=,sid= | awk -v s="$sid" '$2 == s { print $1 }')
+        left=$(in_session "$sid")
         if [ -n "$left" ]; then
             echo "[$name: ending $(echo "$left" | wc -w) process(es) it left running]"
             # shellcheck disable=SC2086
