@@ -23,10 +23,14 @@
 # shrunk to the tiny architecture for 3 steps.
 #
 # Before the device call, here: tools/gpu_bundle.sh (builds .offline/, about 41 MiB). The
-# device call (its command must stay under 2000 characters; timeout_s leaves a minute
-# beyond the script's own 350 s):
+# device call: the part limits add up to 345 s and `timeout` kills a part at most 5 s past
+# its limit, so the script ends within about 6 minutes; timeout_s=400 only keeps the call
+# from cutting off the summary:
 #
-#   run(command='bash tools/gpu_check.sh "$OUT"', carry=[".offline"], timeout_s=420)
+#   run(command='bash tools/gpu_check.sh "$OUT"', carry=[".offline"], timeout_s=400)
+#
+# What comes back in $OUT: gpu_check.json, <part>.log for the four parts, app_metrics.jsonl.
+# docs/gpu_check.md describes it all and keeps the results.
 #
 # Settings (environment): GPU_CHECK_PYTHON (python3), GPU_CHECK_WORK (scratch, default
 # /tmp/gpu_check: the app's checkpoints are large, so they stay out of OUT_DIR), and the
