@@ -16,11 +16,15 @@ sources, installed editable.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import nox
 
@@ -259,3 +263,141 @@ def bench(session: nox.Session, package: str) -> None:
     for script in scripts:
         if not script.name.startswith("_"):
             _run(session, bin_dir, "python", str(script), *session.posargs)
+
+
+# The rehearsal of tools/gpu_check.sh: what the GPU machine has (tools/gpu_device_packages.txt)
+# that the code needs, at the versions known there; nothing else comes from the registry.
+GPU_REHEARSAL_REQUIREMENTS = [
+    "torch==2.11.0",
+    "transformers==5.17.0",
+    "tokenizers==0.23.2",
+    "safetensors==0.8.0",
+    "huggingface-hub==1.33.0",
+    "numpy==2.5.2",
+    "tqdm",
+    "cloudpickle",
+    "psutil",
+    "packaging",
+    "pyre-extensions",  # torchmonarch imports these two
+    "tabulate",
+    "pytest",
+    "pytest-timeout",
+    "hypothesis",
+]
+
+
+def _normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _python312() -> str:
+    """The GPU machine's Python minor version, 3.12 (GPU_REHEARSAL_PYTHON overrides; a
+    pyenv shim that names no installed 3.12 is skipped)."""
+    pyenv = sorted(Path.home().glob(".pyenv/versions/3.12*/bin/python3.12"), reverse=True)
+    candidates = [os.environ.get("GPU_REHEARSAL_PYTHON"), *map(str, pyenv)]
+    candidates.append(shutil.which("python3.12"))
+    check = "import sys; sys.exit(sys.version_info[:2] != (3, 12))"
+    for python in filter(None, candidates):
+        if subprocess.run([python, "-c", check], capture_output=True, check=False).returncode == 0:
+            return python
+    raise RuntimeError("gpu_rehearsal needs Python 3.12: set GPU_REHEARSAL_PYTHON")
+
+
+@nox.session(name="gpu_rehearsal")
+def gpu_rehearsal(session: nox.Session) -> None:
+    """Runs tools/gpu_check.sh end to end on this CPU machine, in an environment like the GPU
+    machine's (not in the default set; docs/gpu_check.md).
+
+    The environment: Python 3.12 and only packages the GPU machine has, installed from the
+    registry before the script runs; any other package pulled in is removed, and the session
+    fails if one remains. Then `tools/gpu_bundle.sh` builds .offline/ and the script runs
+    with no registry and no network (pip has no index; proxies point nowhere), so every
+    import it needs beyond the machine's packages must come from .offline/. It must exit 0,
+    with the CUDA parts skipped or shrunk, each saying why.
+    """
+    device = {
+        _normalized(line)
+        for line in (ROOT / "tools" / "gpu_device_packages.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
+    wanted = {_normalized(re.split(r"[=<>]", r)[0]) for r in GPU_REHEARSAL_REQUIREMENTS}
+    if wanted - device:
+        session.error(f"not on the GPU machine: {sorted(wanted - device)}")
+    python312 = _python312()
+    env_dir = ENVS / "gpu-rehearsal"
+    python = env_dir / "bin" / "python"
+    digest = hashlib.sha256(
+        "\n".join([python312, *GPU_REHEARSAL_REQUIREMENTS, *sorted(device)]).encode()
+    ).hexdigest()
+    stamp = env_dir / "requirements.sha256"
+    if not (stamp.exists() and stamp.read_text() == digest):
+        shutil.rmtree(env_dir, ignore_errors=True)
+        session.run(python312, "-m", "venv", str(env_dir), external=True)
+        session.run(
+            UV, "pip", "install", "--quiet", "--python", str(python), *GPU_REHEARSAL_REQUIREMENTS
+        )
+        extra = sorted(set(_installed(python)) - device)
+        if extra:  # requirements the GPU machine does without (transformers' pydantic)
+            session.log(f"removing what the GPU machine lacks: {', '.join(extra)}")
+            session.run(UV, "pip", "uninstall", "--quiet", "--python", str(python), *extra)
+        stamp.write_text(digest)
+    extra = sorted(set(_installed(python)) - device)
+    if extra:
+        session.error(f"the rehearsal environment holds what the GPU machine lacks: {extra}")
+    session.run("bash", str(ROOT / "tools" / "gpu_bundle.sh"), external=True)
+    out = Path(session.create_tmp()).resolve() / "gpu_check"
+    shutil.rmtree(out, ignore_errors=True)
+    nowhere = "http://127.0.0.1:9"  # nothing listens there: any download fails at once
+    env = {
+        "PATH": f"{env_dir / 'bin'}{os.pathsep}/usr/local/bin{os.pathsep}/usr/bin{os.pathsep}/bin",
+        "HOME": os.environ.get("HOME", "/root"),
+        "LANG": "C.UTF-8",
+        "GPU_CHECK_WORK": str(out.parent / "work"),
+        "PIP_NO_INDEX": "1",
+        "PIP_CONFIG_FILE": os.devnull,
+        "UV_OFFLINE": "1",
+        **dict.fromkeys(("http_proxy", "https_proxy", "all_proxy"), nowhere),
+        **dict.fromkeys(("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"), nowhere),
+    }
+    start = time.monotonic()
+    session.run(
+        "bash", str(ROOT / "tools" / "gpu_check.sh"), str(out),
+        env=env, include_outer_env=False, external=True,
+    )  # fmt: skip
+    wall = time.monotonic() - start
+    report = json.loads((out / "gpu_check.json").read_text())
+    problems = _rehearsal_problems(report)
+    offline = sum(p.stat().st_size for p in (ROOT / ".offline").rglob("*") if p.is_file())
+    session.log(f"rehearsal: {wall:.0f} s wall; .offline/ {offline / 2**20:.1f} MiB; {out}")
+    if problems:
+        session.error("; ".join(problems))
+
+
+def _installed(python: Path) -> list[str]:
+    listed = subprocess.run(
+        [UV, "pip", "list", "--python", str(python), "--format", "json"],
+        check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    return [_normalized(p["name"]) for p in json.loads(listed)]
+
+
+def _rehearsal_problems(report: dict[str, Any]) -> list[str]:
+    """What a CPU rehearsal must show beyond exit status 0: the CPU mode, every import and
+    an actor in the GPU machine's environment, gpu tests collected (skipping, with their
+    reason), a bit-for-bit weight sync, and the app's steps."""
+    parts = report["parts"]
+    env = parts["setup"].get("environment") or {}
+    tests = parts["gpu_tests"].get("tests") or []
+    sync = parts["weight_sync"].get("result") or {}
+    app = parts["app"].get("result") or {}
+    checks = {
+        "the mode is cpu": report.get("mode") == "cpu",
+        "every import and one actor": not env.get("problems") and bool(env.get("actor")),
+        "gpu tests collected": bool(tests),
+        "each gpu test skips, saying why": all(
+            t["outcome"] == "skipped" and t["message"] for t in tests
+        ),
+        "weight sync bit for bit": sync.get("bit_for_bit") is True,
+        "the app trained 3 steps": app.get("steps") == 3,
+    }
+    return [f"rehearsal: not true that {what}" for what, ok in checks.items() if not ok]

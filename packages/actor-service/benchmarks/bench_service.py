@@ -22,25 +22,30 @@ Cases (one JSON row each: case, replicas, p50_ms, p99_ms, throughput in calls/s)
            call takes to reach it), `hang_stopped` is hang -> the hung process is gone,
            `hang_recover` is hang -> replica healthy again.
   hostloss 2 replicas on two local hosts (Monarch's `ProcessJob`), `call_timeout_s=
-           HANG_TIMEOUT_S`; host a's worker process is SIGKILLed once. `hostloss_detect` is
-           kill -> the replica on it marked down, `hostloss_recover` is kill -> that
-           replica healthy again on host b (it first tries host a, which Monarch gives up
-           on after `mesh_proc_spawn_max_idle`, 30 s by default).
+           HANG_TIMEOUT_S`, `spawn_timeout_s=SPAWN_TIMEOUT_S`; every process of host a (its
+           worker and the replica it runs) is SIGKILLed once. `hostloss_detect` is kill ->
+           the replica on it marked down, `hostloss_recover` is kill -> that replica
+           healthy again on host b (the respawn first tries host a, given up on after
+           `spawn_timeout_s`), `hostloss_shutdown` is how long `shutdown()` then takes
+           (its stop of the dead host's replica is given up on after `stop_timeout_s`).
 
-Ratios are measured within one run; on a shared machine absolute numbers move with load.
+Every wait has a deadline (a case that does not get there raises `TimeoutError` saying what
+it waited for, how long, and the service's status). Ratios are measured within one run; on
+a shared machine absolute numbers move with load.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
 import json
 import os
 import signal
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -51,6 +56,13 @@ from monarch.job import ProcessJob
 
 SLEEP_S = 0.05
 HANG_TIMEOUT_S = 1.0
+SPAWN_TIMEOUT_S = 5.0
+STOP_TIMEOUT_S = 5.0
+# Deadlines of the waits below: far above what each takes on a loaded 2-core machine, so
+# that reaching one means something is stuck, not slow.
+DETECT_WITHIN_S = 60.0  # Monarch's supervision poll is 10 s by default
+RECOVER_WITHIN_S = 120.0
+PHASE_SLACK_S = 120.0  # beyond a phase's planned length
 
 
 class Bench(Actor):
@@ -71,6 +83,38 @@ class BenchSync(Actor):
         if os.getpid() == hang_on:
             time.sleep(3600)  # hung: alive, never answers
         time.sleep(seconds)
+
+
+def descendants(root: int) -> set[int]:
+    """Live processes below `root` (Linux /proc)."""
+    parent_of: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except (FileNotFoundError, ProcessLookupError, IndexError):
+                continue
+            if fields[0] != "Z":
+                parent_of[int(entry.name)] = int(fields[1])
+    found: set[int] = set()
+    frontier = {root}
+    while frontier:
+        frontier = {pid for pid, parent in parent_of.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+@contextlib.asynccontextmanager
+async def deadline(seconds: float, what: str) -> AsyncIterator[None]:
+    """Bounds a phase: `TimeoutError` naming `what` if it is not done within `seconds`."""
+    limit = asyncio.timeout(seconds)
+    try:
+        async with limit:
+            yield
+    except TimeoutError:
+        if limit.expired():
+            raise TimeoutError(f"{what}: not done within {seconds:g} s") from None
+        raise
 
 
 def gone(pid: int) -> bool:
@@ -104,17 +148,19 @@ async def bench_overhead(calls: int) -> list[Row]:
         mesh = svc.replica_meshes()[0]
         direct: list[float] = []
         routed: list[float] = []
-        for _ in range(200):  # warm up both paths
-            await mesh.noop.call_one()
-            await svc.noop.route()
-        for _ in range(calls):
-            t0 = time.perf_counter()
-            await mesh.noop.call_one()
-            t1 = time.perf_counter()
-            await svc.noop.route()
-            t2 = time.perf_counter()
-            direct.append((t1 - t0) * 1e3)
-            routed.append((t2 - t1) * 1e3)
+        # One deadline for the whole loop: one per call would add its own cost to both.
+        async with deadline(PHASE_SLACK_S + calls * 0.05, f"{calls} no-op call pairs"):
+            for _ in range(200):  # warm up both paths
+                await mesh.noop.call_one()
+                await svc.noop.route()
+            for _ in range(calls):
+                t0 = time.perf_counter()
+                await mesh.noop.call_one()
+                t1 = time.perf_counter()
+                await svc.noop.route()
+                t2 = time.perf_counter()
+                direct.append((t1 - t0) * 1e3)
+                routed.append((t2 - t1) * 1e3)
     rows = []
     for case, ms in (("direct", direct), ("route", routed)):
         p50, p99 = quantiles(ms)
@@ -140,7 +186,8 @@ async def drive(svc: Service[Bench], callers: int, seconds: float) -> tuple[list
             latencies.append((time.perf_counter() - t0) * 1e3)
 
     start = time.perf_counter()
-    await asyncio.gather(*(caller() for _ in range(callers)))
+    async with deadline(seconds + PHASE_SLACK_S, f"{callers} callers of `sleep` for {seconds:g} s"):
+        await asyncio.gather(*(caller() for _ in range(callers)))
     return latencies, len(latencies) / (time.perf_counter() - start)
 
 
@@ -162,10 +209,20 @@ async def bench_scaling(sizes: list[int], seconds: float) -> list[Row]:
     return rows
 
 
-async def until(condition: Callable[[], bool]) -> None:
-    """Polls every 2 ms: `status()` is a snapshot, there is no event to wait on."""
-    while not condition():  # noqa: ASYNC110
+async def until(condition: Callable[[], bool], what: str, within: float, svc: Service[Any]) -> None:
+    """Polls every 2 ms (`status()` is a snapshot, there is no event to wait on) until
+    `condition()`; `TimeoutError` naming `what`, with the service's status, after `within`."""
+    stop = time.perf_counter() + within
+    while not condition():
+        if time.perf_counter() > stop:
+            raise TimeoutError(f"{what}: not reached within {within:g} s\n{svc.status()}")
         await asyncio.sleep(0.002)
+
+
+async def finish(callers: Sequence[Awaitable[None]]) -> None:
+    """Waits for the stream's callers, which stop at their next call's end."""
+    async with deadline(PHASE_SLACK_S, f"{len(callers)} callers finishing their last call"):
+        await asyncio.gather(*callers)
 
 
 async def bench_failover(kills: int) -> list[Row]:
@@ -195,12 +252,22 @@ async def bench_failover(kills: int) -> list[Row]:
             await asyncio.sleep(0.5)
             os.kill(svc.status().replicas[1].pids[0], signal.SIGKILL)
             t0 = time.perf_counter()
-            await until(lambda: svc.status().replicas[1].state != "healthy")
+            await until(
+                lambda: svc.status().replicas[1].state != "healthy",
+                "killed replica 1 marked down",
+                DETECT_WITHIN_S,
+                svc,
+            )
             detect.append((time.perf_counter() - t0) * 1e3)
-            await until(lambda: svc.status().replicas[1].state == "healthy")
+            await until(
+                lambda: svc.status().replicas[1].state == "healthy",
+                "killed replica 1 healthy again",
+                RECOVER_WITHIN_S,
+                svc,
+            )
             recover.append((time.perf_counter() - t0) * 1e3)
         stop.set()
-        await asyncio.gather(*callers)
+        await finish(callers)
         throughput = served / (time.perf_counter() - start)
         failed = svc.status().failed
     poll = os.environ.get("HYPERACTOR_MESH_SUPERVISION_POLL_FREQUENCY", "10s (default)")
@@ -248,15 +315,30 @@ async def bench_hang(hangs: int) -> list[Row]:
             victim = svc.status().replicas[1].pids[0]
             hang_on = victim
             t0 = time.perf_counter()
-            await until(lambda: svc.status().replicas[1].state != "healthy")
+            await until(
+                lambda: svc.status().replicas[1].state != "healthy",
+                "hung replica 1 marked down",
+                DETECT_WITHIN_S,
+                svc,
+            )
             detect.append((time.perf_counter() - t0) * 1e3)
-            await until(functools.partial(gone, victim))
+            await until(
+                functools.partial(gone, victim),
+                f"hung process {victim} gone",
+                RECOVER_WITHIN_S,
+                svc,
+            )
             stopped.append((time.perf_counter() - t0) * 1e3)
-            await until(lambda: svc.status().replicas[1].state == "healthy")
+            await until(
+                lambda: svc.status().replicas[1].state == "healthy",
+                "hung replica 1 healthy again",
+                RECOVER_WITHIN_S,
+                svc,
+            )
             recover.append((time.perf_counter() - t0) * 1e3)
             hang_on = -1
         stop.set()
-        await asyncio.gather(*callers)
+        await finish(callers)
         throughput = served / (time.perf_counter() - start)
         status = svc.status()
     rows = [
@@ -284,11 +366,14 @@ async def bench_host_loss() -> list[Row]:
         router=RoundRobin(),
         call_timeout_s=HANG_TIMEOUT_S,
         restart_backoff_s=0.05,
+        spawn_timeout_s=SPAWN_TIMEOUT_S,
+        stop_timeout_s=STOP_TIMEOUT_S,
         name="hostloss",
     )
     try:
         state: Any = job.state(cached_path=None)
-        async with await spawn_service(Bench, config, hosts=[state.a, state.b]) as svc:
+        svc = await spawn_service(Bench, config, hosts=[state.a, state.b])
+        try:
             stop = asyncio.Event()
             served = 0
 
@@ -301,27 +386,49 @@ async def bench_host_loss() -> list[Row]:
             start = time.perf_counter()
             callers = [asyncio.ensure_future(caller()) for _ in range(4)]
             await asyncio.sleep(0.5)
-            os.kill(job._host_to_pid["a_0"].pid, signal.SIGKILL)
+            # The whole host goes, as a machine would: its worker and every process under it.
+            worker = job._host_to_pid["a_0"].pid
+            for pid in {worker, *descendants(worker)}:
+                os.kill(pid, signal.SIGKILL)
             t0 = time.perf_counter()
-            await until(lambda: svc.status().replicas[0].state != "healthy")
+            await until(
+                lambda: svc.status().replicas[0].state != "healthy",
+                "replica 0 of the killed host a marked down",
+                DETECT_WITHIN_S,
+                svc,
+            )
             detect = (time.perf_counter() - t0) * 1e3
-            await until(lambda: svc.status().replicas[0].state == "healthy")
+            await until(
+                lambda: svc.status().replicas[0].state == "healthy",
+                "replica 0 of the killed host a healthy again",
+                RECOVER_WITHIN_S,
+                svc,
+            )
             recover = (time.perf_counter() - t0) * 1e3
             stop.set()
-            await asyncio.gather(*callers)
+            await finish(callers)
             throughput = served / (time.perf_counter() - start)
             status = svc.status()
+            # Printed before shutdown, so that a slow shutdown cannot hide the respawn.
+            print(
+                f"hostloss (host a SIGKILLed, call_timeout_s={HANG_TIMEOUT_S:g}, "
+                f"spawn_timeout_s={SPAWN_TIMEOUT_S:g}): its replica marked down in "
+                f"{detect:.0f} ms, respawned and healthy on host {status.replicas[0].host} "
+                f"{recover:.0f} ms after the kill (hosts down {list(status.hosts_down)}); "
+                f"{served} calls served, {status.failed} failed",
+                flush=True,
+            )
+        finally:
+            t1 = time.perf_counter()
+            await svc.shutdown()
+            shutdown = (time.perf_counter() - t1) * 1e3
     finally:
         job.kill()  # type: ignore[no-untyped-call]
-    print(
-        f"hostloss (host SIGKILLed, call_timeout_s={HANG_TIMEOUT_S:g}): its replica marked "
-        f"down in {detect:.0f} ms, healthy again on host {status.replicas[0].host} in "
-        f"{recover:.0f} ms (hosts down {list(status.hosts_down)}); {served} calls served, "
-        f"{status.failed} failed"
-    )
+    print(f"hostloss: shutdown took {shutdown:.0f} ms (stop_timeout_s={STOP_TIMEOUT_S:g})")
     return [
         Row("hostloss_detect", 2, detect, detect, throughput),
         Row("hostloss_recover", 2, recover, recover, throughput),
+        Row("hostloss_shutdown", 2, shutdown, shutdown, throughput),
     ]
 
 

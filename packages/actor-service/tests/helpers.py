@@ -40,6 +40,22 @@ class Recorder:
         return list(self.events)
 
 
+async def first_event(
+    seen: Recorder, replica: int, kind: str, within: float = WAIT_S
+) -> ReplicaEvent:
+    """The first `kind` event of `replica` that `seen` recorded, waiting up to `within`."""
+    deadline = time.monotonic() + within
+    while True:
+        for event in seen.events:
+            if (event.replica, event.kind) == (replica, kind):
+                return event
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"no {kind!r} event of replica {replica} within {within:g} s: {seen.kinds()}"
+            )
+        await asyncio.sleep(0.05)
+
+
 async def wait_until(
     svc: Service[Any], ok: Callable[[ServiceStatus], bool], within: float = WAIT_S
 ) -> ServiceStatus:

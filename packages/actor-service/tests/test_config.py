@@ -24,6 +24,8 @@ def test_defaults_are_valid_and_routers_are_per_config() -> None:
         ("restart_backoff_s", 0),
         ("no_healthy_timeout_s", float("inf")),
         ("start_timeout_s", -1.0),
+        ("spawn_timeout_s", 0),
+        ("stop_timeout_s", float("nan")),
         ("drain_timeout_s", "1s"),
         ("router", "round_robin"),
         ("non_idempotent", ["charge"]),

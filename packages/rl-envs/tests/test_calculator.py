@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from policies import Oracle, Payload, translate
 from rl_envs import Action, Calculator, PolicyTurn, Sandbox, Segment, Task, run_episode
-from rl_envs.envs.calculator import LIMITS, is_arithmetic, numbers_used, parse, value_of
+from rl_envs.envs.calculator import LIMITS, is_arithmetic, literals_used, parse, value_of
 from rl_envs.sandbox import ExecutionResult, SandboxLimits
 
 pytestmark = pytest.mark.timeout(120)
@@ -120,6 +120,71 @@ async def test_one_attempt_by_default(sandbox: Sandbox) -> None:
     assert result.reward == pytest.approx(0.1)  # it ran and printed a number; none of its 3
 
 
+def task_for(numbers: tuple[int, ...], operators: tuple[str, ...]) -> Task:
+    """A train task whose content is the computation `numbers` joined by `operators`."""
+    return next(
+        task
+        for task in (Task("calculator", seed=s) for s in range(100_000))
+        if Calculator.content(task) == (numbers, operators)
+    )
+
+
+# "Compute 3 times 8": each prints 24, and each writes 3 and 8 in order as its only
+# integer literals; none of them is the computation the question states.
+THREE_TIMES_EIGHT_CHEATS = [
+    "3 + 8 + 13.0",  # a float literal
+    "3 * 8 + False",  # a bool literal
+    "3 * 8 * True",
+    "3 + 8 + (13j).imag",  # a complex literal
+    "3 * 8 + (None is not None)",  # None
+    "3 + 8 + int('13')",  # a number written as a string
+    "3 + 8 + len('abcdefghijklm')",
+    "3 + 8 + len(b'abcdefghijklm')",
+    "3 * 8 * __debug__",  # a name whose value is True
+    "3 + 8 + len([[], [], [], [], [], [], [], [], [], [], [], [], []])",  # no literal at all
+    "3 * 8 * ([] == [])",
+]
+
+
+async def test_answers_that_bring_in_other_values_are_wrong(sandbox: Sandbox) -> None:
+    task = task_for((3, 8), ("*",))
+    assert Calculator.question(Calculator.content(task)) == "Compute 3 times 8 with Python."
+    for answer in THREE_TIMES_EIGHT_CHEATS:
+        calculator = Calculator()
+        await calculator.reset(task)
+        result = await calculator.step(Action(answer))
+        assert result.observation.text.startswith("= 24, but"), (answer, result)
+        assert result.reward < 1.0, answer
+    # The honest answer, checked the same way, is right.
+    calculator = Calculator()
+    await calculator.reset(task)
+    assert (await calculator.step(Action("3 * 8"))).reward == 1.0
+
+
+async def test_the_numbers_other_literals_dilute_the_partial_credit(sandbox: Sandbox) -> None:
+    task = task_for((3, 8), ("*",))
+    # 0.1 for the run, and 0.3 times the question's 2 numbers over the literals written
+    # (`int` and '13' are two).
+    for answer, written in [("3 + 8 + 13.0", 3), ("3 * 8 + False", 3), ("3 + 8 + int('13')", 4)]:
+        calculator = Calculator()
+        await calculator.reset(task)
+        result = await calculator.step(Action(answer))
+        assert result.reward == pytest.approx(0.1 + 0.3 * 2 / written), answer
+        assert result.observation.text == "= 24, but use each of 3, 8 exactly once"
+
+
+async def test_operators_the_question_does_not_say_are_wrong(sandbox: Sandbox) -> None:
+    # "4 minus 2" is 2, and so are these: the right numbers in the right order, but not
+    # the computation.
+    task = task_for((4, 2), ("-",))
+    for answer in ["4 // 2", "4 / 2", "(4).__floordiv__(2)"]:
+        calculator = Calculator()
+        await calculator.reset(task)
+        result = await calculator.step(Action(answer))
+        assert result.reward == pytest.approx(0.1 + 0.3), answer
+        assert result.observation.text == "= 2, but use 4, 2 with + - *", answer
+
+
 def test_value_of_follows_python_precedence() -> None:
     assert value_of(((7, 4, 2), ("+", "*"))) == 15
     assert value_of(((7, 4, 2), ("*", "-"))) == 26
@@ -147,11 +212,17 @@ async def test_a_hostile_answer_runs_in_the_sandbox(calculator: Calculator, tmp_
     assert "pwned" not in os.listdir(tmp_path)
 
 
-def test_numbers_used_parses_without_running() -> None:
-    assert numbers_used("(6 * 7) + 3") == {6: 1, 7: 1, 3: 1}
-    assert numbers_used("__import__('os').system('x')") == {}
-    assert numbers_used("1 +") is None
-    assert numbers_used("1.5 + True + 2") == {2: 1}
+def test_literals_used_parses_without_running() -> None:
+    assert literals_used("(6 * 7) + 3") == {"6": 1, "7": 1, "3": 1}
+    assert literals_used("__import__('os').system('x')") == {
+        "__import__": 1, "'os'": 1, "'x'": 1
+    }  # fmt: skip
+    assert literals_used("1 +") is None
+    # Each kept apart from the integer it equals: 1.0 == True == 1 in Python.
+    assert literals_used("1.0 + True + 1 + 1j + None + b'1' + '1' + ...") == {
+        "1.0": 1, "True": 1, "1": 1, "1j": 1, "None": 1, "b'1'": 1, "'1'": 1, "Ellipsis": 1
+    }  # fmt: skip
+    assert literals_used("0x18 + __debug__") == {"24": 1, "__debug__": 1}
 
 
 class CountingSandbox(Sandbox):

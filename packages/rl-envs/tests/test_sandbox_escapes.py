@@ -290,8 +290,9 @@ def test_namespace_and_ptrace_syscalls_are_refused(sandbox: Sandbox) -> None:
     assert result.ok, result
     lines = result.stdout.splitlines()
     assert len(lines) == 7, result
-    assert all(" refused " in line for line in lines), result.stdout
-    assert "ptrace(attach host pid) refused No such process" in result.stdout
+    # The system-call filter answers each before the kernel looks further (without it: ENOSPC
+    # for a user namespace, ESRCH for a pid outside, EPERM for the rest).
+    assert all(line.endswith(" refused Operation not permitted") for line in lines), result
 
 
 def test_filling_dev_shm_stops_at_its_cap(sandbox: Sandbox) -> None:

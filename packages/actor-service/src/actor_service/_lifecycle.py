@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import uuid
 from collections.abc import Sequence
@@ -21,6 +20,7 @@ from monarch.actor import (
 )
 
 from actor_service import _faults
+from actor_service._deadline import within
 from actor_service._dispatch import Dispatcher
 from actor_service._placement import Placement
 from actor_service._supervisor import (
@@ -36,6 +36,10 @@ from actor_service.events import Listeners, one_line
 from actor_service.replica import Replica, ReplicaState
 
 log = logging.getLogger(__name__)
+
+# Beyond the supervisor's own deadline for a stop: only a supervisor that does not answer
+# at all (its process is stuck) reaches it.
+GRACE_S = 5.0
 
 
 async def construction_error(mesh: Any) -> str | None:
@@ -109,7 +113,10 @@ class Launcher:
         _faults.watch(self.mesh_prefix)
         port, receiver = Channel[DeathNotice].open()
         self._supervisor = this_proc().spawn(
-            f"{self._config.name}_supervisor", ReplicaSupervisor, port
+            f"{self._config.name}_supervisor",
+            ReplicaSupervisor,
+            port,
+            self._config.stop_timeout_s,
         )
         self._watcher = asyncio.get_running_loop().create_task(self._watch(receiver))
 
@@ -168,7 +175,8 @@ class Launcher:
     async def _spawn_procs(
         self, replica: Replica, generation: int, hosts: list[int], trying: list[int]
     ) -> int:
-        """Spawns the processes on the first of `hosts` that can; returns that host."""
+        """Spawns the processes on the first of `hosts` that can within `spawn_timeout_s`
+        (the supervisor's deadline); returns that host."""
         cfg = self._config
         failures = []
         for host in hosts:
@@ -180,6 +188,7 @@ class Launcher:
                 procs=cfg.procs_per_replica,
                 with_gpus=cfg.with_gpus,
                 first_gpu=self.placement.block_on(replica.index, host) * cfg.procs_per_replica,
+                timeout_s=cfg.spawn_timeout_s,
             )
             trying[:] = [host]  # left set if the start timeout cancels this spawn
             try:
@@ -235,30 +244,58 @@ class Launcher:
         task.add_done_callback(self._stops.discard)
 
     async def _stop(self, index: int, generation: int) -> None:
+        name = self._config.name
         try:
-            await self._supervisor.stop_replica.call_one(index, generation)
-        except Exception as e:  # a dead mesh may fail to stop cleanly; nothing to undo
-            log.debug("stopping replica %d/%d: %s", index, generation, e)
+            await within(
+                self._config.stop_timeout_s + GRACE_S,
+                f"the supervisor, stopping replica {index} (generation {generation})",
+                self._supervisor.stop_replica.call_one(index, generation),
+            )
+        except Exception as e:
+            cause = e.exception if isinstance(e, ActorError) else e
+            if isinstance(cause, TimeoutError):  # its processes may still run, so say so
+                log.warning("service %s: %s; its host may be gone", name, one_line(str(e)))
+            else:  # a dead mesh may fail to stop cleanly; nothing to undo
+                log.debug("stopping replica %d/%d: %s", index, generation, e)
 
     async def close(self) -> None:
-        """Cancels pending restarts, stops every replica process, then the supervisor."""
+        """Cancels pending restarts, stops every replica process, then the supervisor.
+        Each step is bounded by `stop_timeout_s`; one that gives no answer (its host is
+        gone) is logged as a warning naming it, and closing goes on."""
         self._closed = True
+        cfg = self._config
         restarts = [r.restart_task for r in self._replicas if r.restart_task is not None]
-        for task in [*restarts, self._watcher]:
-            if task is not None:
-                task.cancel()
-        for task in [*restarts, self._watcher]:
-            if task is not None:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        tasks = [t for t in [*restarts, self._watcher] if t is not None]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            _, stuck = await asyncio.wait(tasks, timeout=GRACE_S)
+            if stuck:
+                log.warning(
+                    "service %s: %d task(s) still running %g s after being cancelled",
+                    cfg.name,
+                    len(stuck),
+                    GRACE_S,
+                )
         if self._supervisor is None:
             return
-        if self._stops:
+        if self._stops:  # each bounded by `_stop` itself
             await asyncio.gather(*self._stops, return_exceptions=True)
         for replica in self._replicas:
             replica.state = ReplicaState.STOPPED
+        bound = cfg.stop_timeout_s + GRACE_S
         try:
-            await self._supervisor.stop_all.call_one()
-        finally:
+            failures: list[str] = await within(
+                bound,
+                "the supervisor, stopping every replica",
+                self._supervisor.stop_all.call_one(),
+            )
+            for failure in failures:
+                log.warning("service %s: %s", cfg.name, one_line(failure))
+        except Exception as e:
+            log.warning("service %s: %s", cfg.name, one_line(str(e)))
+        try:
             # Stopping the supervisor would also stop any mesh it still owns.
-            await self._supervisor.stop()
+            await within(bound, "stopping the supervisor", self._supervisor.stop())
+        except Exception as e:
+            log.warning("service %s: %s", cfg.name, one_line(str(e)))

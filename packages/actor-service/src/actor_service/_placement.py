@@ -5,7 +5,8 @@ Hosts are numbered 0..n-1 in the order the service was given them. Replica `i` s
 host `i % n` (round-robin). A restart tries the replica's own host first, then the other
 hosts that are up, fewest replicas first (ties in host order), so that replicas from a dead
 host spread over the survivors instead of piling onto the next one. A host is marked down
-when a replica's processes fail to spawn there, and skipped while any host is up; when every
+when a replica's processes fail to spawn there (or give no answer within
+`spawn_timeout_s`), and skipped while any host is up; when every
 host is down, all are tried again (own host first), since nothing else can work, and a host
 where a spawn succeeds is up again.
 """

@@ -27,6 +27,8 @@ from monarch.actor import (
 )
 from monarch.actor.concurrent import concurrent_endpoint
 
+from actor_service._deadline import within
+
 
 @dataclass(frozen=True)
 class DeathNotice:
@@ -40,8 +42,9 @@ class DeathNotice:
 @dataclass(frozen=True)
 class ProcSpec:
     """The processes of generation `generation` of replica `index`: `procs` of them on
-    `host` (a single-host `HostMesh`, or None for this host). With `with_gpus`, process `r`
-    sees only GPU `first_gpu + r`. Its meshes are named after `prefix`."""
+    `host` (a single-host `HostMesh`, or None for this host), spawned within `timeout_s`
+    seconds. With `with_gpus`, process `r` sees only GPU `first_gpu + r`. Its meshes are
+    named after `prefix`."""
 
     prefix: str
     index: int
@@ -50,6 +53,7 @@ class ProcSpec:
     procs: int
     with_gpus: bool
     first_gpu: int
+    timeout_s: float
 
 
 @dataclass(frozen=True)
@@ -87,20 +91,24 @@ def pin_gpu(first_gpu: int) -> None:
 
 
 class ReplicaSupervisor(Actor):
-    """Spawns and stops replica meshes; reports their deaths to `notices`."""
+    """Spawns and stops replica meshes; reports their deaths to `notices`. Every stop
+    gives up after `stop_timeout_s`."""
 
-    def __init__(self, notices: Port[DeathNotice]) -> None:
+    def __init__(self, notices: Port[DeathNotice], stop_timeout_s: float) -> None:
         self._notices = notices
+        self._stop_timeout_s = stop_timeout_s
         self._procs: dict[tuple[int, int], ProcMesh] = {}
         self._owners: dict[str, tuple[int, int]] = {}
+        self._abandoned: set[asyncio.Task[None]] = set()  # stops of spawns given up on
 
     # Concurrent, so that replicas start in parallel and a slow stop never delays a restart.
     # Two steps, so that the service can tell a host that cannot spawn processes (it is
     # gone) from an actor whose `__init__` fails.
     @concurrent_endpoint
     async def spawn_procs(self, spec: ProcSpec) -> None:
-        """Starts the processes; raises if the host cannot (Monarch gives up after its
-        `mesh_proc_spawn_max_idle`, 30 s by default, on a host that is gone)."""
+        """Starts the processes; raises if the host cannot, and `TimeoutError` if it gives
+        no answer within `spec.timeout_s`. (Monarch alone waits its
+        `mesh_proc_spawn_max_idle`, 30 s by default, on a host that is gone.)"""
         dim = "gpus" if spec.with_gpus else "procs"
         bootstrap = functools.partial(pin_gpu, spec.first_gpu) if spec.with_gpus else None
         host = spec.host if spec.host is not None else this_host()
@@ -110,11 +118,33 @@ class ReplicaSupervisor(Actor):
         key = (spec.index, spec.generation)
         self._procs[key] = proc_mesh
         try:
-            await proc_mesh.initialized
+            await within(
+                spec.timeout_s,
+                f"spawning {spec.procs} process(es)",
+                proc_mesh.initialized,
+                "spawn_timeout_s",
+            )
+        except TimeoutError:
+            self._forget(key, proc_mesh)
+            # A host that is slow rather than gone may still start them later: stop them
+            # then, so that no process outlives the attempt that gave up on it.
+            task = asyncio.get_running_loop().create_task(self._stop_quietly(proc_mesh))
+            self._abandoned.add(task)
+            task.add_done_callback(self._abandoned.discard)
+            raise
         except BaseException:
             # Nothing runs there to stop, and stopping a mesh on a dead host waits long.
-            self._procs.pop(key, None)
+            self._forget(key, proc_mesh)
             raise
+
+    def _forget(self, key: tuple[int, int], proc_mesh: ProcMesh) -> None:
+        if self._procs.get(key) is proc_mesh:
+            del self._procs[key]
+
+    async def _stop_quietly(self, proc_mesh: ProcMesh) -> None:
+        # Expected to fail on a host that is gone: there is nothing left to stop there.
+        with contextlib.suppress(Exception):
+            await self._bounded_stop(proc_mesh, "processes whose spawn was given up on")
 
     @concurrent_endpoint
     async def spawn_actor(self, spec: ActorSpec) -> SpawnedReplica:
@@ -134,18 +164,37 @@ class ReplicaSupervisor(Actor):
 
     @concurrent_endpoint
     async def stop_replica(self, index: int, generation: int) -> None:
+        """Stops that generation's processes; `TimeoutError` after `stop_timeout_s`."""
         await self._stop((index, generation))
 
     @concurrent_endpoint
-    async def stop_all(self) -> None:
-        await asyncio.gather(*(self._stop(key) for key in list(self._procs)))
+    async def stop_all(self) -> list[str]:
+        """Stops every replica's processes, and waits for the stops of spawns given up on;
+        returns one line per stop that failed or gave no answer within `stop_timeout_s`."""
+        keys = list(self._procs)
+        # The abandoned stops come last and never raise, so `zip` pairs keys and results.
+        results = await asyncio.gather(
+            *(self._stop(key) for key in keys), *self._abandoned, return_exceptions=True
+        )
+        return [
+            str(result) or f"stopping replica {key[0]} (generation {key[1]}): {result!r}"
+            for key, result in zip(keys, results, strict=False)
+            if isinstance(result, BaseException)
+        ]
 
     async def _stop(self, key: tuple[int, int]) -> None:
         proc_mesh = self._procs.pop(key, None)
         for name in [n for n, owner in self._owners.items() if owner == key]:
             del self._owners[name]
         if proc_mesh is not None:
-            await proc_mesh.stop()
+            await self._bounded_stop(
+                proc_mesh, f"the processes of replica {key[0]} (generation {key[1]})"
+            )
+
+    async def _bounded_stop(self, proc_mesh: ProcMesh, what: str) -> None:
+        # Monarch's stop of a mesh on a host that is gone waits for that host's answer,
+        # which never comes (with its default 10 s supervision poll; 60 s with a 1 s poll).
+        await within(self._stop_timeout_s, f"stopping {what}", proc_mesh.stop(), "stop_timeout_s")
 
     def __supervise__(self, failure: MeshFailure) -> bool:
         owner = self._owners.get(failure.mesh_name)

@@ -71,7 +71,16 @@ class ServiceConfig:
             of that replica, up to `restart_backoff_max_s`.
         no_healthy_timeout_s: how long a call waits for a healthy replica before raising
             `NoHealthyReplicaError` (it raises at once if no replica can come back).
-        start_timeout_s: how long one replica may take to spawn and run `__init__`.
+        start_timeout_s: how long one replica may take to spawn and run `__init__`, in
+            all (every host a restart tries included).
+        spawn_timeout_s: how long spawning one replica's processes on one host may take.
+            A host that gives no answer by then is marked down, and a restart goes on at
+            once with the next host. Monarch gives up on a host that is gone only after its
+            `mesh_proc_spawn_max_idle` (30 s by default, and reset by any sign of progress),
+            so this is what bounds the time a dead host costs a restart.
+        stop_timeout_s: how long stopping one replica's processes may take (after a death
+            or a hang, and at shutdown). Past it the service stops waiting and logs a
+            warning naming the replica: a host that is gone never answers a stop.
         drain_timeout_s: at `shutdown()`, how long accepted calls get to finish.
 
     name: names the service in errors, `status()` and Monarch's actor names.
@@ -92,6 +101,8 @@ class ServiceConfig:
     restart_backoff_max_s: float = 30.0
     no_healthy_timeout_s: float = 30.0
     start_timeout_s: float = 300.0
+    spawn_timeout_s: float = 30.0
+    stop_timeout_s: float = 30.0
     drain_timeout_s: float = 10.0
     name: str = "service"
 
@@ -113,6 +124,8 @@ class ServiceConfig:
             "restart_backoff_max_s",
             "no_healthy_timeout_s",
             "start_timeout_s",
+            "spawn_timeout_s",
+            "stop_timeout_s",
             "drain_timeout_s",
         ):
             value = getattr(self, name)

@@ -12,6 +12,7 @@ from typing import Any, Generic, TypeVar
 
 from monarch.actor import Actor, HostMesh
 
+from actor_service._deadline import within
 from actor_service._dispatch import Dispatcher
 from actor_service._hosts import single_hosts
 from actor_service._lifecycle import Launcher
@@ -110,7 +111,15 @@ class Service(EndpointAccess, Generic[A]):
             dispatcher.close()
         if self._front is not None:
             unregister(self)
-            await self._front.stop()
+            try:
+                await within(
+                    self._config.stop_timeout_s,
+                    "stopping the handles' front actor",
+                    self._front.stop(),
+                    "stop_timeout_s",
+                )
+            except Exception as e:  # it runs in this process; closing goes on regardless
+                log.warning("service %s: %s", self.name, e)
         await self._launcher.close()
 
     async def __aenter__(self) -> Service[A]:

@@ -56,23 +56,25 @@ def parse(expression: str) -> ast.Expression | None:
         return None
 
 
-def numbers_used(expression: str) -> Counter[int] | None:
-    """The integer literals of `expression` (parsed, never run, on the host), or None if
-    it is not a Python expression."""
+def literals_used(expression: str) -> Counter[str] | None:
+    """The literals of `expression` (parsed, never run, on the host; see `literals`), or
+    None if it is not a Python expression."""
     tree = parse(expression)
-    return None if tree is None else Counter(_in_order(tree))
+    return None if tree is None else Counter(literals(tree))
 
 
-def _in_order(tree: ast.Expression) -> tuple[int, ...]:
-    """The integer literals of `tree` in the order they are written."""
+def literals(tree: ast.Expression) -> tuple[str, ...]:
+    """Every value `tree` writes down instead of computing, in the order written: each
+    constant by its `repr` (an integer as its digits, so the question's numbers are
+    `str(n)`; `13.0`, `True`, `None`, `'13'`, `13j` stay distinct from `13`) and each name
+    by itself (`__debug__` is True; `int` in `int('13')` is a value brought in too)."""
     found = [
-        (node.lineno, node.col_offset, node.value)
+        (node.lineno, node.col_offset, repr(node.value) if isinstance(node, ast.Constant)
+         else node.id)
         for node in ast.walk(tree)
-        if isinstance(node, ast.Constant)
-        and isinstance(node.value, int)
-        and not isinstance(node.value, bool)
-    ]
-    return tuple(value for _, _, value in sorted(found))
+        if isinstance(node, ast.Constant | ast.Name)
+    ]  # fmt: skip
+    return tuple(text for _, _, text in sorted(found))
 
 
 def is_arithmetic(tree: ast.Expression) -> bool:
@@ -109,18 +111,23 @@ class Calculator(GeneratedEnvironment[Puzzle]):
     The first observation is "Compute 7 times 4 plus 2 with Python." The policy answers
     with an expression; the environment runs it in a bubblewrap `Sandbox` and answers with
     what it printed ("= 41, not 30", or the error's last line). The answer is right when
-    the printed value equals the computation's (Python's precedence) and the expression's
-    integer literals are the question's numbers in the question's order: the expression is
-    the computation the question states, so writing the value itself does not count, and
-    neither does `4 * 7` for "7 times 4" (a policy free to swap the numbers where the order
-    does not matter learns no order to keep where it does: measured in docs/07). A right
-    answer at attempt `k` earns `1 / k` and ends the episode; after
-    `attempts` wrong ones (default 1: one answer, one run) it ends.
+    the printed value equals the computation's (Python's precedence), the expression is
+    integers joined by + - * (signs and parentheses allowed: `is_arithmetic`), and its
+    literals are the question's numbers in the question's order: the expression is the
+    computation the question states, so writing the value itself does not count, nor does
+    `4 * 7` for "7 times 4" (a policy free to swap the numbers where the order does not
+    matter learns no order to keep where it does: measured in docs/07), nor anything that
+    brings in another value (`3 * 8 + False`, `3 + 8 + int('13')`, `len` of 13 empty
+    lists) or another operator (`4 // 2` for "4 minus 2"). A right answer at attempt `k`
+    earns `1 / k` and ends the episode; after `attempts` wrong ones (default 1: one answer,
+    one run) it ends.
 
     A wrong attempt still earns partial credit, divided by `attempts` so that an episode's
     rewards stay in [0, 1]: `runs_credit` if the sandbox printed a number, plus
-    `numbers_credit` times the share of the question's numbers the expression uses
-    (matched as a multiset, over the larger of the two counts). Without it a random policy
+    `numbers_credit` times the share of the question's numbers among the expression's
+    literals (`literals`: every constant it writes, of any type, and every name; matched
+    as a multiset, over the larger of the two counts, so `3 + 8 + 13.0` uses two of three).
+    Without it a random policy
     almost never writes a right expression and a run sees no signal (measured in
     docs/07_environments.md); 0 and 0 make the game strict. Once most answers run and use
     the right numbers the credit is a floor under a group's rewards: a trainer that divides
@@ -214,7 +221,7 @@ class Calculator(GeneratedEnvironment[Puzzle]):
         if tree is None:
             # Parsing is safe on the host; only running needs the sandbox.
             return 0.0, "error: SyntaxError: not a Python expression", {}
-        written = _in_order(tree)
+        written = literals(tree)
         used = Counter(written)
         result, reused = await self._run(answer, tree)
         info: Info = {
@@ -232,14 +239,19 @@ class Calculator(GeneratedEnvironment[Puzzle]):
             return 0.0, f"= {printed[:100]}, not a number", info
         if not isinstance(value, int | float) or isinstance(value, bool):
             return 0.0, f"= {printed[:100]}, not a number", info
-        given = Counter(self._numbers)
-        if value == self._target and written == self._numbers:
+        asked = tuple(map(str, self._numbers))
+        given = Counter(asked)
+        # Arithmetic only: any other operator, call or attribute is a way to print the value
+        # without writing the computation (4 // 2 for "4 minus 2", len() of 13 empty lists).
+        if value == self._target and written == asked and is_arithmetic(tree):
             return 1.0, "correct", info
         shared = sum((used & given).values()) / max(sum(used.values()), sum(given.values()))
         credit = self.runs_credit + self.numbers_credit * shared
         if value != self._target:
             return credit, f"= {printed[:100]}, not {self._target}", info
-        listed = ", ".join(map(str, self._numbers))
+        listed = ", ".join(asked)
+        if written == asked:
+            return credit, f"= {self._target}, but use {listed} with + - *", info
         if used == given:
             return credit, f"= {self._target}, but use {listed} in order", info
         return credit, f"= {self._target}, but use each of {listed} exactly once", info

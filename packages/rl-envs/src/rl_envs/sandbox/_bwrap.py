@@ -6,7 +6,8 @@ as /lib/x86_64-linux-gnu are bound whole), a fresh `/proc` of its own PID
 namespace, a minimal `/dev`, and two private size-capped tmpfs: `/tmp` (its working
 directory) and `/dev/shm`. Every namespace is new (user, mount, PID, network with only a
 loopback, IPC, UTS, cgroup); capabilities are dropped, new user namespaces are refused
-(`--disable-userns`), and it dies with its parent.
+(`--disable-userns`), system calls it never needs are refused (`_seccomp`), and it dies
+with its parent. Its environment is exactly `environment(...)`: nothing of the host's.
 
 Its processes run as an unprivileged host uid: Linux does not enforce RLIMIT_NPROC on
 processes whose real uid is host root, so without that a fork bomb could exhaust the host's
@@ -29,6 +30,7 @@ import sysconfig
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from rl_envs.sandbox._seccomp import UnsupportedArchError, filter_program, native_arch
 from rl_envs.sandbox.limits import SandboxLimits
 
 SANDBOX_UID = 65534
@@ -41,8 +43,12 @@ PROGRAM_PATH = "/sandbox/main.py"
 # sets the limits on itself (children inherit them; soft == hard, so the program cannot
 # raise them), then runs the program as __main__ in this interpreter (one Python start-up
 # per run instead of two). RLIMIT_NPROC counts bubblewrap's own init process too, hence +1.
+# bubblewrap sets PWD after its --chdir, whatever the environment given; it goes from both
+# the C environment (children) and the table `os.environ` is built from.
 BOOT = """\
-import resource as _r, sys as _s
+import posix as _p, resource as _r, sys as _s
+_p.unsetenv("PWD")
+_p.environ.pop(b"PWD", None)
 _cpu, _mem, _fsize, _nproc, _nofile = map(int, _s.argv[1:6])
 for _lim, _soft, _hard in (
     (_r.RLIMIT_CORE, 0, 0),
@@ -57,7 +63,7 @@ __file__ = _s.argv[7]
 _s.argv[:] = [__file__]
 with open(__file__, encoding="utf-8") as _f:
     _code = compile(_f.read(), __file__, "exec")
-del _r, _s, _cpu, _mem, _fsize, _nproc, _nofile, _lim, _soft, _hard, _f
+del _p, _r, _s, _cpu, _mem, _fsize, _nproc, _nofile, _lim, _soft, _hard, _f
 exec(globals().pop("_code"))
 """
 
@@ -78,6 +84,7 @@ class Runtime:
             installation prefix and the shared libraries outside it.
         stage: the binds that the sandbox uid could not reach on the host; a root caller
             stages these first.
+        seccomp: the system-call filter, as bubblewrap's `--seccomp` reads it.
     """
 
     bwrap: str
@@ -85,6 +92,7 @@ class Runtime:
     python: str
     binds: tuple[tuple[str, str], ...]
     stage: tuple[tuple[str, str], ...]
+    seccomp: bytes
 
     @property
     def drops_root(self) -> bool:
@@ -149,6 +157,10 @@ def find_runtime() -> Runtime:
                 "running as root, the sandbox drops to an unprivileged uid with `setpriv`, "
                 "which was not found (Debian/Ubuntu: package util-linux)"
             )
+    try:
+        seccomp = filter_program(native_arch())
+    except UnsupportedArchError as e:
+        raise SandboxUnavailableError(str(e)) from None
     python = os.path.realpath(sys.executable)
     prefix = os.path.realpath(sys.base_prefix)
     dynload = sysconfig.get_config_var("DESTSHARED") or ""
@@ -162,14 +174,33 @@ def find_runtime() -> Runtime:
     if not python.startswith(prefix + "/"):
         binds.append((python, python))
     stage = tuple(b for b in binds if setpriv is not None and not _reachable_by_others(b[0]))
-    return Runtime(bwrap, setpriv, python, tuple(binds), stage)
+    return Runtime(bwrap, setpriv, python, tuple(binds), stage, seccomp)
+
+
+def environment(python: str, home: str) -> dict[str, str]:
+    """The whole environment of a program run with the interpreter `python`, its home and
+    temporary directory `home`. No PYTHON* variable: the interpreter runs with `-I`, which
+    ignores them, and takes its settings as flags."""
+    return {
+        "PATH": os.path.dirname(python),  # `python3` and `sys.executable` for subprocesses
+        "HOME": home,
+        "TMPDIR": home,
+        "LANG": "C.UTF-8",
+    }
 
 
 def command(
-    runtime: Runtime, limits: SandboxLimits, program_fd: int, status_fd: int, run_id: str
+    runtime: Runtime,
+    limits: SandboxLimits,
+    *,
+    program_fd: int,
+    status_fd: int,
+    seccomp_fd: int,
+    run_id: str,
 ) -> list[str]:
-    """The argv of one run: `program_fd` holds the program's UTF-8 text; bubblewrap writes
-    the child's pid, then its exit status, to `status_fd` (JSON lines)."""
+    """The argv of one run: `program_fd` holds the program's UTF-8 text and `seccomp_fd`
+    `runtime.seccomp`, each from offset 0; bubblewrap writes the child's pid, then its exit
+    status, to `status_fd` (JSON lines)."""
     # Directly in the outer sandbox's private /tmp: a directory bubblewrap creates on the
     # way would not be searchable by the sandbox uid.
     staged = {src: f"/tmp/rl-envs-stage-{i}" for i, (src, _) in enumerate(runtime.stage)}
@@ -204,17 +235,12 @@ def command(
         "ALL",
         "--json-status-fd",
         str(status_fd),
+        "--seccomp",
+        str(seccomp_fd),
         "--clearenv",
-        "--setenv",
-        "HOME",
-        "/tmp",
-        "--setenv",
-        "TMPDIR",
-        "/tmp",
-        "--setenv",
-        "LANG",
-        "C.UTF-8",
     ]
+    for name, value in environment(runtime.python, "/tmp").items():
+        inner += ["--setenv", name, value]
     for src, dest in runtime.binds:
         inner += ["--ro-bind", staged.get(src, src), dest]
     size = str(limits.tmp_bytes)

@@ -21,6 +21,7 @@ from rl_envs.sandbox._bwrap import (
     Runtime,
     SandboxUnavailableError,
     command,
+    environment,
     find_runtime,
     interpreter_args,
 )
@@ -112,23 +113,35 @@ async def _run_isolated(
     runtime: Runtime, source: bytes, stdin: bytes, limits: SandboxLimits, run_id: str
 ) -> ExecutionResult:
     program_fd = os.memfd_create("rl-envs-program", os.MFD_CLOEXEC)
+    # One per run: bubblewrap reads it with read(), which moves an offset that runs in
+    # flight at once would share.
+    seccomp_fd = os.memfd_create("rl-envs-seccomp", os.MFD_CLOEXEC)
     status_r, status_w = os.pipe()
     try:
-        _write_all(program_fd, source)
-        os.lseek(program_fd, 0, os.SEEK_SET)
-        argv = command(runtime, limits, program_fd, status_w, run_id)
+        for fd, data in ((program_fd, source), (seccomp_fd, runtime.seccomp)):
+            _write_all(fd, data)
+            os.lseek(fd, 0, os.SEEK_SET)
+        argv = command(
+            runtime,
+            limits,
+            program_fd=program_fd,
+            status_fd=status_w,
+            seccomp_fd=seccomp_fd,
+            run_id=run_id,
+        )
         start = time.monotonic()
         proc = await asyncio.create_subprocess_exec(
             *argv,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
-            pass_fds=(program_fd, status_w),
+            pass_fds=(program_fd, status_w, seccomp_fd),
             start_new_session=True,
             env={"PATH": "/usr/bin:/bin"},
         )
     finally:
         os.close(program_fd)
+        os.close(seccomp_fd)
         os.close(status_w)
     try:
         returncode, out, err, why = await _supervise(proc, stdin, limits)
@@ -166,6 +179,7 @@ async def _run_unisolated(
             stderr=asyncio.subprocess.PIPE,
             start_new_session=True,
             cwd=tmp,
+            env=environment(sys.executable, tmp),
         )
         returncode, out, err, why = await _supervise(proc, stdin, limits)
         wall = time.monotonic() - start
