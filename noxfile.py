@@ -218,14 +218,14 @@ def browser(session: nox.Session) -> None:
         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
         "ASYNC_GRPO_REQUIRE_BROWSER": "1",  # here a missing browser fails instead of skipping
     }
-    test = "apps/async_grpo/tests/test_report_browser.py"
+    test = "apps/async_grpo/tests/observability/test_report_browser.py"
     session.run(str(bin_dir / "pytest"), test, *session.posargs, env=env, external=True)
 
 
 # The vLLM engine's tests: they skip elsewhere (no vLLM), and must run here.
 VLLM_TESTS = [
-    "apps/async_grpo/tests/test_vllm_engine.py",
-    "apps/async_grpo/tests/test_vllm_learning.py",
+    "apps/async_grpo/tests/generation/test_vllm_engine.py",
+    "apps/async_grpo/tests/runs/test_vllm_learning.py",
 ]
 
 

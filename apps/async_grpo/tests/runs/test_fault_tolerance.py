@@ -38,6 +38,8 @@ from async_grpo.launch.spawn import Components
 from jobs import keeping, rows
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
+pytestmark = pytest.mark.slow  # a whole run (or a whole set of processes)
+
 STEPS, KILL_AT = 6, 5  # checkpoints at 2, 4, 6: the kill costs step 5
 COMPARED = ("version", "loss", "reward_window", "exact_window", "grad_norm", "lr", "entropy")
 

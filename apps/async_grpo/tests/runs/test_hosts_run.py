@@ -23,6 +23,8 @@ from async_grpo.launch.spawn import Components
 from async_grpo.train import run
 from jobs import keeping, rows
 
+pytestmark = pytest.mark.slow  # a whole run (or a whole set of processes)
+
 
 def process_env(pid: int) -> dict[str, str]:
     """The environment a process started with."""

@@ -10,6 +10,8 @@ from pathlib import Path
 from async_grpo.checkpoint import disk
 from async_grpo.checkpoint.disk import verify
 
+pytestmark = pytest.mark.slow  # a whole run (or a whole set of processes)
+
 
 def descendants(pid: int) -> set[int]:
     """Every live process below `pid`, from /proc (Linux)."""

@@ -13,6 +13,8 @@ from async_grpo.config.presets import tiny
 from async_grpo.launch.prepare import prepare
 from async_grpo.train import run
 
+pytestmark = pytest.mark.slow  # a whole run (or a whole set of processes)
+
 
 def test_fixed_seed_ci_run_learns(tmp_path: Path) -> None:
     steps = 120
@@ -37,7 +39,14 @@ def test_fixed_seed_ci_run_learns(tmp_path: Path) -> None:
 def test_sync_mode_trains_only_on_the_current_version(tmp_path: Path) -> None:
     cfg = apply_overrides(
         tiny(),
-        {"mode": "sync", "steps": "6", "out_dir": str(tmp_path), "generator.replicas": "1"},
+        # Tracing off here too (every other whole run traces): nothing of a trace is written.
+        {
+            "mode": "sync",
+            "steps": "6",
+            "out_dir": str(tmp_path),
+            "generator.replicas": "1",
+            "trace": "false",
+        },
     )
     summary = asyncio.run(run(cfg, prepare(cfg), quiet=True))
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
@@ -51,3 +60,6 @@ def test_sync_mode_trains_only_on_the_current_version(tmp_path: Path) -> None:
     assert rows[-1]["episodes_generated"] == 6 * cfg.trainer.batch_size
     trained = [json.loads(x)["prompts"] for x in (tmp_path / "trained_prompts.jsonl").open()]
     assert trained == [list(range(8 * k, 8 * k + 8)) for k in range(6)]
+    assert not (tmp_path / "trace.json").exists()
+    assert not (tmp_path / "trace").exists()
+    assert json.loads((tmp_path / "config.json").read_text())["trace"] is False

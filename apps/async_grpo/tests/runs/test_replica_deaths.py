@@ -22,6 +22,8 @@ from async_grpo.train import run
 from jobs import keeping, rows
 from rdma_tensor import Publisher
 
+pytestmark = pytest.mark.slow  # a whole run (or a whole set of processes)
+
 
 @pytest.mark.timeout(300)
 def test_a_killed_generator_is_reported_and_counted(

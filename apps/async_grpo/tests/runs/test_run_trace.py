@@ -24,6 +24,8 @@ from async_grpo.train import run
 
 from synthetic_runs import assert_well_formed
 
+pytestmark = pytest.mark.slow  # a whole run (or a whole set of processes)
+
 KINDS = {"controller", "dataset", "generator", "reward", "buffer", "reference", "trainer"}
 
 
@@ -79,14 +81,3 @@ def test_every_component_is_traced(tmp_path: Path) -> None:
     assert stats["trainer_busy"] is not None
     assert abs(stats["trainer_busy"] - (1 - last["trainer_idle_frac"])) < 0.1, stats
     assert write_report(tmp_path).exists()
-
-
-def test_trace_off_records_nothing(tmp_path: Path) -> None:
-    cfg = apply_overrides(
-        tiny(), {"steps": "2", "out_dir": str(tmp_path), "trace": "false", "eval_every": "0"}
-    )
-    asyncio.run(run(cfg, prepare(cfg), quiet=True))
-    assert (tmp_path / "metrics.jsonl").exists()
-    assert not (tmp_path / "trace.json").exists()
-    assert not (tmp_path / "trace").exists()
-    assert json.loads((tmp_path / "config.json").read_text())["trace"] is False

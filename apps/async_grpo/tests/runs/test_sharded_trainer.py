@@ -27,6 +27,8 @@ from dtensor_reshard import ShardedManifest
 from jobs import Parts
 from rdma_tensor import Manifest
 
+pytestmark = pytest.mark.slow  # a whole run (or a whole set of processes)
+
 STEPS = 3
 
 

@@ -16,6 +16,8 @@ from async_grpo.config.presets import tiny
 from async_grpo.launch.prepare import prepare
 from async_grpo.train import run
 
+pytestmark = pytest.mark.slow  # a whole run (or a whole set of processes)
+
 if os.environ.get("ASYNC_GRPO_REQUIRE_VLLM") == "1":  # the nox session: fail, never skip
     importlib.import_module("vllm")
 else:
