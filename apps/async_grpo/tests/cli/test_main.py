@@ -6,7 +6,7 @@ import async_grpo.cli.main
 import pytest
 from async_grpo.cli.main import main
 from async_grpo.config.args import build_config
-from async_grpo.config.presets import PRESETS, default_preset, qwen25_05b, tiny
+from async_grpo.config.presets import DEFAULT_PRESET, PRESETS, qwen25_05b, tiny
 from async_grpo.grpo.step import NonFiniteError
 from async_grpo.launch.spawn import Components
 from jobs import refuse_spawn
@@ -82,7 +82,7 @@ def test_data_path_that_is_a_directory(tmp_path: Path, capsys: pytest.CaptureFix
 
 def test_missing_model_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     err = run_main(["--model", str(tmp_path / "no-such-model")], capsys)
-    assert "model checkpoint not found" in err
+    assert "model not found" in err
     assert "--preset tiny" in err
 
 
@@ -112,7 +112,7 @@ def test_nested_loss_key_on_the_command_line() -> None:
 
 
 def test_preset_selects_the_defaults() -> None:
-    assert build_config([]) == PRESETS[default_preset()]()
+    assert build_config([]) == PRESETS[DEFAULT_PRESET]() == tiny()  # on every machine
     assert build_config(["--preset", "qwen2.5-0.5b"]) == qwen25_05b()
     cfg = build_config(["--steps", "5", "--preset=qwen2.5-0.5b"])  # anywhere on the line
     assert (cfg.steps, cfg.trainer.lr, cfg.model.dtype) == (5, qwen25_05b().trainer.lr, "bfloat16")
@@ -175,7 +175,7 @@ def test_help_lists_each_field_with_its_docstring_and_default(
     assert "Presets: tiny" in out
     assert "qwen2.5-0.5b" in out
     # Every key is listed in CLI syntax, with its docstring and the default preset's value.
-    cfg = PRESETS[default_preset()]()
+    cfg = PRESETS[DEFAULT_PRESET]()
     lines = {
         "--trainer.lr FLOAT": f"Peak learning rate of AdamW. (default: {cfg.trainer.lr})",
         "--model.chat_template {true,false}": "Wrap each prompt in the tokenizer's chat template "

@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from async_grpo.checkpoint import disk
 from async_grpo.checkpoint.disk import verify
 

@@ -15,6 +15,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from async_grpo.config.args import apply_overrides
 from async_grpo.config.presets import tiny
 from async_grpo.launch.prepare import prepare

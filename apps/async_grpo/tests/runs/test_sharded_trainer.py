@@ -104,7 +104,7 @@ def test_sharded_trainer_weights_reach_the_generator_bit_for_bit(tmp_path: Path)
     async def main() -> None:
         c = await spawn_components(cfg, prep, print)
         single_cfg = apply_overrides(cfg, {"trainer.procs": "1"})
-        single = await spawn_trainer(single_cfg, prep.model_path, c.procs, c.hosts)
+        single = await spawn_trainer(single_cfg, prep, c.procs, c.hosts)
         try:
             initial = await c.trainer.publish_initial()
             await sync_weights(c, initial)
@@ -121,7 +121,7 @@ def test_sharded_trainer_weights_reach_the_generator_bit_for_bit(tmp_path: Path)
             await c.trainer.save(tmp_path / "ckpt")
             await c.trainer.saved()
             restored = await spawn_trainer(
-                single_cfg, prep.model_path, c.procs, c.hosts, tmp_path / "ckpt"
+                single_cfg, prep, c.procs, c.hosts, tmp_path / "ckpt"
             )
             assert (await restored.publish_initial()).version == STEPS
             full, back = await c.trainer.full_weights(), await restored.full_weights()

@@ -26,7 +26,8 @@ from async_grpo.weight_sync.update import WeightSync, WeightUpdate
 
 
 class Generator(Actor):
-    """Starts `generator.engine` on the checkpoint in `model_path` and samples from it."""
+    """Starts `generator.engine` on the checkpoint in `model_path` and samples from it, on
+    `device` (`launch/devices.py` pinned this process to its GPUs)."""
 
     def __init__(
         self,
@@ -35,6 +36,8 @@ class Generator(Actor):
         sampling: SamplingConfig,
         seed: int,
         generator: GeneratorConfig | None = None,
+        *,
+        device: str = "auto",
     ) -> None:
         torch.set_num_threads(1)  # many small processes share the cores
         tracing.start_from_env("generator")
@@ -48,6 +51,7 @@ class Generator(Actor):
             kv_cache_gib=gen.kv_cache_gib,
             tensor_parallel=gen.tensor_parallel,
             kv_block_tokens=gen.kv_block_tokens,
+            device=device,
         )
 
     @endpoint

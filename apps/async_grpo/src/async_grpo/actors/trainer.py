@@ -28,7 +28,7 @@ from async_grpo.checkpoint.trainer_state import CheckpointWriter, load_trainer_s
 from async_grpo.config.schema import SamplingConfig, TrainerConfig
 from async_grpo.grpo.loss import LossStats
 from async_grpo.grpo.step import TrainerCore
-from async_grpo.model.policy import load_policy, load_tokenizer
+from async_grpo.model.policy import load_policy, load_tokenizer, torch_device
 from async_grpo.model.sharding import shard_model
 from async_grpo.weight_sync.update import TrainerPublisher, WeightPart, WeightUpdate
 
@@ -71,17 +71,18 @@ class Trainer(Actor):
         total_steps: int,
         *,
         restore: str | None = None,
+        device: str = "auto",
     ) -> None:
         torch.set_num_threads(1)
         torch.manual_seed(seed)
         model = load_policy(model_path, torch.float32)
         sharded = cfg.procs > 1
+        on = torch_device(device)
         if sharded:
-            rank, world = shard_model(model)
+            rank, world = shard_model(model, on)
         else:
             rank, world = 0, 1
-            if torch.cuda.is_available():
-                model.cuda()  # type: ignore[call-arg]
+            model.to(on)  # type: ignore[arg-type]
         tracing.start_from_env("trainer", index=rank)
         tokenizer = load_tokenizer(model_path)
         self._core = TrainerCore(
@@ -97,7 +98,7 @@ class Trainer(Actor):
         if restore is not None:
             load_trainer_state(self._core, Path(restore), sharded)
         self._publisher = TrainerPublisher(model, rank, sharded)
-        self._writer = CheckpointWriter(sharded)
+        self._writer = CheckpointWriter(sharded, gpu=on.type == "cuda")
         self._core.before_update = self._writer.staged
 
     @endpoint

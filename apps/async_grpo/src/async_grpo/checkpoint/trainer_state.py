@@ -23,7 +23,6 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
@@ -65,15 +64,15 @@ class CheckpointWriter:
     stream, when the weights are on a GPU) while the trainer goes on, and then writes it.
     Only the weights' next change has to wait for the copy: `staged` blocks until it is
     done, and `TrainerCore` calls it right before its optimizer updates the weights, so the
-    copy overlaps the forward and backward pass of the next step. Every rank of a sharded
+    copy overlaps the forward and backward pass of the next step (`gpu`: the weights are on a
+    GPU, so the copy is pinned and asynchronous). Every rank of a sharded
     trainer makes one, at the same point (the constructor creates the ranks' checkpoint
     process group, a collective)."""
 
-    def __init__(self, sharded: bool) -> None:
+    def __init__(self, sharded: bool, *, gpu: bool = False) -> None:
         self._sharded = sharded
         group = dist.new_group(backend="gloo") if sharded else None
         self._group = group if isinstance(group, dist.ProcessGroup) else None
-        gpu = torch.cuda.is_available()
         self._stager = DefaultStager(
             StagingOptions(
                 use_pinned_memory=gpu,

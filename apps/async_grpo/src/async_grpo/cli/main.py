@@ -99,6 +99,7 @@ def main(argv: list[str] | None = None, *, spawn: Spawn = spawn_components) -> i
     )
     if prep.placement.launcher != "local":
         print("\n".join(describe(prep.placement)))
+    print("\n".join(prep.devices.describe()))
     try:
         summary = asyncio.run(run(cfg, prep, resume=resume, spawn=spawn))
     except (KeyboardInterrupt, asyncio.CancelledError):

@@ -22,7 +22,7 @@ from typing import Any
 import tyro
 from tyro import _errors as tyro_errors
 
-from async_grpo.config.presets import PRESETS, default_preset
+from async_grpo.config.presets import DEFAULT_PRESET, PRESETS
 from async_grpo.config.schema import ConfigError, RunConfig
 
 
@@ -171,7 +171,7 @@ def split_preset(argv: list[str]) -> tuple[str, list[str]]:
     """Takes `--preset NAME` (or `--preset=NAME`) out of `argv`: (preset, the rest)."""
     preset, rest = take_flag(argv, "--preset")
     if preset is None:
-        return default_preset(), rest
+        return DEFAULT_PRESET, rest
     if preset not in PRESETS:
         raise ConfigError(f"--preset: unknown preset {preset!r}; known: {sorted(PRESETS)}")
     return preset, rest

@@ -253,6 +253,10 @@ class RunConfig:
     """Which host mesh each component runs on, and the launcher that starts the hosts."""
     mode: Literal["async", "sync"] = "async"
     """async: generation runs ahead of training; sync: the same loop with max_policy_age 0."""
+    device: Literal["auto", "cuda", "cpu"] = "auto"
+    """Where the trainer, generators and reference compute: auto (the GPUs of their machine
+    when it has any, else the CPU), cuda (refuse a machine without GPUs), cpu (the CPU
+    even beside GPUs). Which GPU each takes: `launch/devices.py`."""
     steps: int = 300
     """Train steps (each one policy version)."""
     rollout_loops: int = 2

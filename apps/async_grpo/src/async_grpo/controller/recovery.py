@@ -132,7 +132,7 @@ async def restore_trainer(job: Job, reason: str) -> None:
         cut = await asyncio.to_thread(read_cut, newest, buffer_config(job.cfg))
     generated = job.metrics.episodes_generated
     job.components.trainer = await spawn_trainer(
-        job.cfg, job.prep.model_path, job.components.procs, job.components.hosts, cut.trainer
+        job.cfg, job.prep, job.components.procs, job.components.hosts, cut.trainer
     )
     await apply_cut(job, cut, rollback=True)
     seconds = time.perf_counter() - start

@@ -63,6 +63,8 @@ class PlacementPlan:
     demands: Mapping[str, Demand]
     split_machines: bool
     call_timeout_s: float | None
+    gpus_per_host: int = 0
+    """GPUs of each host, as a scheduler launcher requests them (0 for local and process)."""
 
     def hosts_of(self, component: str) -> list[tuple[str, int]]:
         """Every host `component` may run on, as (mesh, host index), in order: the order in
@@ -194,6 +196,7 @@ def plan_placement(placement: PlacementConfig, demands: Mapping[str, Demand]) ->
         demands={c: demands[c] for c in started},
         split_machines=p.split_machines,
         call_timeout_s=timeout,
+        gpus_per_host=gpus,
     )
 
 

@@ -18,9 +18,10 @@ from async_grpo.config.presets import ARCHS
 from async_grpo.config.schema import ConfigError, RunConfig
 from async_grpo.config.validate import validate
 from async_grpo.generation.engines import check_engine
+from async_grpo.launch.devices import DeviceError, DeviceMap, plan_devices
 from async_grpo.launch.launchers import check_launcher
 from async_grpo.launch.placement import Demand, PlacementError, PlacementPlan, plan_placement
-from async_grpo.model.locate import CheckpointNotFound, locate_checkpoint
+from async_grpo.model.locate import ModelNotFound, locate_model
 from async_grpo.model.policy import write_random_checkpoint
 from async_grpo.tasks.environments import check_env_config, env_corpus, parse_env_weights
 from async_grpo.tasks.prompts import Sample, corpus_for, load_hf_dataset, load_jsonl
@@ -31,11 +32,12 @@ from async_grpo.tasks.rewards import parse_weights
 class Prepared:
     """`model_path`: a directory (or hub id) every actor loads with `from_pretrained`;
     `samples`: the dataset when it comes from a file or HF, None for a generated task;
-    `placement`: where each component runs."""
+    `placement`: where each component runs; `devices`: which GPUs each process uses."""
 
     model_path: str
     samples: list[Sample] | None
     placement: PlacementPlan
+    devices: DeviceMap
 
 
 def _reason(e: Exception) -> str:
@@ -73,21 +75,37 @@ def make_out_dir(cfg: RunConfig) -> Path:
     return out
 
 
-def check_generator(cfg: RunConfig) -> None:
+def check_generator(cfg: RunConfig, devices: DeviceMap) -> None:
     """The generation engine can start here: known, installed, its KV cache fits (the model
     architecture is checked by vLLM itself as each replica starts)."""
     g = cfg.generator
-    on_gpu = torch.cuda.is_available()
-    if g.tensor_parallel > 1 and (g.engine != "vllm" or not on_gpu):
+    if g.tensor_parallel > 1 and g.engine != "vllm":
         raise ConfigError(
-            f"generator.tensor_parallel {g.tensor_parallel} needs --generator.engine vllm "
-            "on a CUDA machine"
+            f"generator.tensor_parallel {g.tensor_parallel} needs --generator.engine vllm"
         )
     problem = check_engine(
-        g.engine, replicas=g.replicas, kv_cache_gib=g.kv_cache_gib, on_gpu=on_gpu
+        g.engine, replicas=g.replicas, kv_cache_gib=g.kv_cache_gib, on_gpu=devices.on_gpu
     )
     if problem is not None:
         raise ConfigError(f"generator.engine {g.engine}: {problem}")
+
+
+def plan_gpus(cfg: RunConfig, placement: PlacementPlan) -> DeviceMap:
+    """Which GPUs each process uses (`devices.plan_devices`), from this machine's GPUs."""
+    g = cfg.generator
+    try:
+        return plan_devices(
+            placement,
+            local_gpus=torch.cuda.device_count(),
+            device=cfg.device,
+            trainer_procs=cfg.trainer.procs,
+            generator_replicas=g.replicas,
+            tensor_parallel=g.tensor_parallel,
+            reference=cfg.trainer.loss.kl_coef > 0,
+            kv_cache_gib=g.kv_cache_gib if g.engine == "vllm" else None,
+        )
+    except DeviceError as e:
+        raise ConfigError(str(e)) from None
 
 
 def plan_hosts(cfg: RunConfig) -> PlacementPlan:
@@ -117,7 +135,6 @@ def prepare(cfg: RunConfig) -> Prepared:
         parse_weights(cfg.reward.fns)
     except ValueError as e:
         raise ConfigError(f"reward.fns: {e}") from None
-    check_generator(cfg)
     m = cfg.model
     build = m.random_weights or not m.path
     env_text: list[str] = []  # what the environments say, for a built tokenizer
@@ -130,11 +147,13 @@ def prepare(cfg: RunConfig) -> Prepared:
     if build and m.arch not in ARCHS:
         raise ConfigError(f"model.arch: unknown architecture {m.arch!r}; known: {sorted(ARCHS)}")
     placement = plan_hosts(cfg)
+    devices = plan_gpus(cfg, placement)
+    check_generator(cfg, devices)
     samples = load_samples(cfg)
     if not build:
         try:
-            model_path = locate_checkpoint(m.path)
-        except CheckpointNotFound as e:
+            model_path = locate_model(m.path)
+        except ModelNotFound as e:
             raise ConfigError(str(e)) from None
     out_dir = make_out_dir(cfg)
     if build:
@@ -145,4 +164,4 @@ def prepare(cfg: RunConfig) -> Prepared:
             corpus = corpus_for(cfg.data.task, cfg.data.min_n, cfg.data.max_n, samples or ())
         path = out_dir / f"checkpoint-{m.arch}-seed{m.init_seed}"
         model_path = str(write_random_checkpoint(path, ARCHS[m.arch], corpus, seed=m.init_seed))
-    return Prepared(model_path, samples, placement)
+    return Prepared(model_path, samples, placement, devices)

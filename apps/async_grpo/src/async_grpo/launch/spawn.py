@@ -31,6 +31,7 @@ from async_grpo.actors.generator import Generator
 from async_grpo.actors.reference import ReferenceModel
 from async_grpo.actors.reward import RewardActor
 from async_grpo.config.schema import RunConfig
+from async_grpo.launch.devices import GpuBlocks
 from async_grpo.launch.launchers import Hosts, start_hosts
 from async_grpo.launch.prepare import Prepared
 from async_grpo.launch.trainer import TrainerMesh, spawn_trainer
@@ -97,12 +98,20 @@ def buffer_config(cfg: RunConfig) -> ReplayBufferConfig:
 
 
 def service_config(
-    name: str, replicas: int, cfg: RunConfig, prep: Prepared, timeout_s: float = 0.0, **more: Any
+    name: str,
+    replicas: int,
+    cfg: RunConfig,
+    prep: Prepared,
+    timeout_s: float = 0.0,
+    *,
+    gpus: GpuBlocks | None = None,
+    **more: Any,
 ) -> ServiceConfig:
     """A service of the run: waits for a replica being restarted, restarts each replica up
     to `cfg.max_restarts` times, and takes a replica that leaves a call unanswered for
     `timeout_s` (0: never) as hung. Across hosts the placement's call timeout also applies
-    (a dead host's replicas never answer): the shorter of the two wins."""
+    (a dead host's replicas never answer): the shorter of the two wins. `gpus`: the GPUs
+    its replicas are pinned to (`launch/devices.py`; None: the CPU)."""
     limits = [t for t in (timeout_s or None, prep.placement.call_timeout_s) if t]
     return ServiceConfig(
         replicas=replicas,
@@ -110,6 +119,9 @@ def service_config(
         no_healthy_timeout_s=REPLICA_RESTART_WAIT_S,
         max_restarts=cfg.max_restarts,
         call_timeout_s=min(limits) if limits else None,
+        with_gpus=gpus is not None,
+        first_gpu=gpus.first if gpus is not None else 0,
+        gpus_per_proc=gpus.per_replica if gpus is not None else 1,
         **more,
     )
 
@@ -128,14 +140,15 @@ async def spawn_components(
     hosts = start_hosts(prep.placement, cfg.placement, cfg.out_dir)
 
     async def service(
-        component: str, actor: type[Any], config: ServiceConfig, *args: Any
+        component: str, actor: type[Any], config: ServiceConfig, *args: Any, **kwargs: Any
     ) -> Service[Any]:
-        svc = await spawn_service(actor, config, *args, hosts=hosts.for_service(component))
+        where = hosts.for_service(component)
+        svc = await spawn_service(actor, config, *args, hosts=where, **kwargs)
         started.append(svc)
         return svc
 
     try:
-        trainer = await spawn_trainer(cfg, prep.model_path, procs, hosts, restore)
+        trainer = await spawn_trainer(cfg, prep, procs, hosts, restore)
         # Concurrently: each spawns processes that import torch and load a model.
         dataset, buffer, generator, reward = await asyncio.gather(
             service(
@@ -165,13 +178,19 @@ async def spawn_components(
                 "generator",
                 Generator,
                 service_config(
-                    "generator", cfg.generator.replicas, cfg, prep, cfg.generator.call_timeout_s
+                    "generator",
+                    cfg.generator.replicas,
+                    cfg,
+                    prep,
+                    cfg.generator.call_timeout_s,
+                    gpus=prep.devices.generator_blocks,
                 ),
                 prep.model_path,
                 cfg.model,
                 cfg.sampling,
                 cfg.seed,
                 cfg.generator,
+                device=prep.devices.generator_device,
             ),
             service(
                 "reward",
@@ -185,9 +204,18 @@ async def spawn_components(
             reference = await service(
                 "reference",
                 ReferenceModel,
-                service_config("reference", 1, cfg, prep, cfg.generator.call_timeout_s),
+                service_config(
+                    "reference",
+                    1,
+                    cfg,
+                    prep,
+                    cfg.generator.call_timeout_s,
+                    gpus=prep.devices.reference_blocks,
+                ),
                 prep.model_path,
                 cfg.sampling,
+                cfg.model.dtype,
+                prep.devices.reference_device,
             )
     except BaseException:
         for svc in started:

@@ -13,14 +13,16 @@ failures its service's own supervisor handles.)"""
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import monarch.actor
 from monarch._rust_bindings.monarch_hyperactor.supervision import SupervisionError
-from monarch.actor import MeshFailure, ProcMesh
+from monarch.actor import MeshFailure, ProcMesh, current_rank
 from replay_buffer import Episode
 from torch import Tensor
 
@@ -28,6 +30,7 @@ from async_grpo.actors.trainer import Trainer, TrainResult
 from async_grpo.config.schema import RunConfig
 from async_grpo.grpo.step import add_stats
 from async_grpo.launch.launchers import Hosts
+from async_grpo.launch.prepare import Prepared
 from async_grpo.weight_sync.update import WeightUpdate, merge
 
 log = logging.getLogger(__name__)
@@ -126,25 +129,42 @@ class TrainerMesh:
 
 async def spawn_trainer(
     cfg: RunConfig,
-    model_path: str,
+    prep: Prepared,
     procs: list[ProcMesh],
     hosts: Hosts,
     restore: Path | None = None,
 ) -> TrainerMesh:
     """Spawns the trainer on a mesh of `cfg.trainer.procs` processes spread evenly over the
     hosts of its host mesh (appended to `procs`, so the caller stops it even when set-up
-    fails), from `restore` (a trainer checkpoint directory) when given."""
+    fails), each pinned to its GPU by the device map, from `restore` (a trainer checkpoint
+    directory) when given."""
     tolerate_trainer_deaths()
     per_host = hosts.plan.trainer_per_host(cfg.trainer.procs)
-    mesh = hosts.mesh("trainer").spawn_procs(per_host={"procs": per_host})
+    first = prep.devices.trainer_first_gpu
+    bootstrap = functools.partial(pin_trainer_gpu, first) if first is not None else None
+    mesh = hosts.mesh("trainer").spawn_procs(per_host={"procs": per_host}, bootstrap=bootstrap)
     procs.append(mesh)
     if cfg.trainer.procs > 1:
         # Imported here: a one-process trainer never pays for torch.distributed's set-up.
         from monarch.spmd import setup_torch_elastic_env_async  # noqa: PLC0415
 
         await setup_torch_elastic_env_async(mesh)
-    args = (model_path, cfg.trainer, cfg.sampling, cfg.seed, cfg.steps)
-    kwargs = {"restore": str(restore)} if restore is not None else {}
+    args = (prep.model_path, cfg.trainer, cfg.sampling, cfg.seed, cfg.steps)
+    kwargs = {"device": prep.devices.trainer_device}
+    if restore is not None:
+        kwargs["restore"] = str(restore)
     trainer = TrainerMesh(mesh.spawn("trainer", Trainer, *args, **kwargs), mesh)
     await trainer.pids()
     return trainer
+
+
+def pin_trainer_gpu(first_gpu: int) -> None:
+    """Bootstrap of a trainer process: local rank `r` sees only GPU `first_gpu + r` of those
+    its parent saw (an inherited CUDA_VISIBLE_DEVICES is a list to pick from)."""
+    index = first_gpu + current_rank()["procs"]
+    inherited = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if inherited:
+        listed = [d.strip() for d in inherited.split(",") if d.strip()]
+        os.environ["CUDA_VISIBLE_DEVICES"] = listed[index] if index < len(listed) else "-1"
+    else:
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(index)

@@ -122,6 +122,24 @@ def load_tokenizer(path: str) -> PreTrainedTokenizerBase:
     return tokenizer
 
 
+def torch_device(device: str) -> torch.device:
+    """ "cuda" (this process's first visible GPU: the device map pins each process to its
+    own), "cpu", or "auto" (CUDA when this process sees a GPU)."""
+    if device not in ("auto", "cuda", "cpu"):
+        raise ValueError(f"device must be auto, cuda or cpu, got {device!r}")
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device(device)
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    """A config's dtype name ("float32", "bfloat16") as a torch dtype."""
+    dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+    if name not in dtypes:
+        raise ValueError(f"dtype must be one of {sorted(dtypes)}, got {name!r}")
+    return dtypes[name]
+
+
 def load_policy(path: str, dtype: torch.dtype = torch.float32) -> PreTrainedModel:
     """Loads a causal LM from `path` with `from_pretrained`, in eval mode."""
     model: PreTrainedModel = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)

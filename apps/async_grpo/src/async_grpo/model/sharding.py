@@ -18,13 +18,16 @@ from torch.distributed.fsdp import fully_shard
 from transformers import PreTrainedModel
 
 
-def shard_model(model: PreTrainedModel) -> tuple[int, int]:
-    """Joins the trainer's process group and shards `model` in place: each decoder layer is
-    its own unit (gathered only while it computes), then the rest (embeddings, final norm,
-    head) as the root unit. Returns (rank, world size)."""
-    cuda = torch.cuda.is_available()
+def shard_model(model: PreTrainedModel, device: torch.device) -> tuple[int, int]:
+    """Joins the trainer's process group and shards `model` in place on `device`: each decoder
+    layer is its own unit (gathered only while it computes), then the rest (embeddings, final
+    norm, head) as the root unit. Returns (rank, world size)."""
+    cuda = device.type == "cuda"
     if cuda:
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        # Pinned to its own GPU by the device map, a rank sees one; else it picks its local
+        # rank's of those it sees.
+        local = int(os.environ.get("LOCAL_RANK", "0")) if torch.cuda.device_count() > 1 else 0
+        torch.cuda.set_device(local)
         model.cuda()  # type: ignore[call-arg]
     if not dist.is_initialized():
         dist.init_process_group("nccl" if cuda else "gloo")

@@ -64,12 +64,14 @@ def make_engine(
     kv_cache_gib: float = 1.0,
     tensor_parallel: int = 1,
     kv_block_tokens: int = 0,
+    device: str = "auto",
 ) -> Engine:
-    """Starts engine `name` on the checkpoint in `model_path` (in this process)."""
+    """Starts engine `name` on the checkpoint in `model_path` (in this process), on `device`
+    (hf; vLLM runs where its build does, on the GPUs this process sees)."""
     if name == "hf":
         from async_grpo.generation.engines.hf import HFEngine  # noqa: PLC0415
 
-        return HFEngine(model_path, model, sampling, seed)
+        return HFEngine(model_path, model, sampling, seed, device)
     if name == "vllm":
         # Imported here: the hf engine never pays for (or needs) vLLM.
         from async_grpo.generation.engines.vllm_engine import VLLMEngine  # noqa: PLC0415

@@ -14,25 +14,31 @@ from torch import Tensor
 
 from async_grpo.config.schema import ModelConfig, SamplingConfig
 from async_grpo.generation.decoding import Completion, generate, sample
-from async_grpo.model.policy import load_policy, load_tokenizer
+from async_grpo.model.policy import load_policy, load_tokenizer, torch_device, torch_dtype
 from async_grpo.weight_sync.update import WeightSync, WeightUpdate, pull
 
 
 class HFEngine:
-    """Loads the policy from `model_path` with `from_pretrained` (on CUDA when there is one)."""
+    """Loads the policy from `model_path` with `from_pretrained` onto `device` ("auto": CUDA
+    when this process sees a GPU)."""
 
     def __init__(
-        self, model_path: str, model: ModelConfig, sampling: SamplingConfig, seed: int
+        self,
+        model_path: str,
+        model: ModelConfig,
+        sampling: SamplingConfig,
+        seed: int,
+        device: str = "auto",
     ) -> None:
-        dtype = torch.bfloat16 if model.dtype == "bfloat16" else torch.float32
-        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        self._model = load_policy(model_path, dtype).to(device)  # type: ignore[arg-type]
+        device_ = torch_device(device)
+        policy = load_policy(model_path, torch_dtype(model.dtype))
+        self._model = policy.to(device_)  # type: ignore[arg-type]
         self._tokenizer = load_tokenizer(model_path)
         self._sampling = sampling
         self._chat = model.chat_template
         self.version = 0
         # Replicas get the same arguments; the pid keeps their samples independent.
-        self._rng = torch.Generator(device).manual_seed(seed * 1_000_003 + os.getpid())
+        self._rng = torch.Generator(device_).manual_seed(seed * 1_000_003 + os.getpid())
 
     def generate(self, prompts: list[str], seed: int | None = None) -> list[list[Completion]]:
         return generate(
