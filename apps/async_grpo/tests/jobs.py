@@ -21,15 +21,15 @@ SPAWN_REFUSED = "a process would have been spawned"
 def keeping(started: list[Components]) -> Spawn:
     """`spawn_components`, appending every job's `Components` to `started`."""
 
-    async def spawn(*args: object) -> Components:
-        c = await spawn_components(*args)  # type: ignore[arg-type]
+    async def spawn(*args: object, **kwargs: object) -> Components:
+        c = await spawn_components(*args, **kwargs)  # type: ignore[arg-type]
         started.append(c)
         return c
 
     return spawn
 
 
-async def refuse_spawn(*args: object) -> Components:
+async def refuse_spawn(*args: object, **kwargs: object) -> Components:
     """A `spawn` for tests of bad input: reaching it fails the test."""
     raise AssertionError(SPAWN_REFUSED)
 

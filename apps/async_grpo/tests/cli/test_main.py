@@ -152,7 +152,7 @@ def test_a_run_failing_in_a_process_is_one_line(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    async def fail(*args: object) -> Components:
+    async def fail(*args: object, **kwargs: object) -> Components:
         raise ActorError(error)  # what an actor's exception becomes in the controller
 
     assert main(["--preset", "tiny", "--out_dir", str(tmp_path)], spawn=fail) == 1

@@ -18,6 +18,7 @@ import torch
 from monarch.actor import Actor, endpoint
 
 from async_grpo import tracing
+from async_grpo.actors._test_hang import maybe_hang
 from async_grpo.config.schema import GeneratorConfig, ModelConfig, SamplingConfig
 from async_grpo.generation.decoding import Completion
 from async_grpo.generation.engines import make_engine
@@ -60,6 +61,7 @@ class Generator(Actor):
     ) -> list[list[Completion]]:
         """`sampling.group_size` completions per prompt, all from one version: `weights` or
         newer (pulled first if this replica is behind), or the current one without."""
+        maybe_hang("generator", "generate")
         await self._at_least(weights)
         with tracing.span("generate", prompts=len(prompts), version=self._engine.version) as s:
             groups = self._engine.generate(prompts, seed)

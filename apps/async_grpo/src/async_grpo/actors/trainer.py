@@ -24,6 +24,7 @@ from replay_buffer import Episode
 from torch import Tensor
 
 from async_grpo import tracing
+from async_grpo.actors._test_hang import maybe_hang
 from async_grpo.checkpoint.trainer_state import CheckpointWriter, load_trainer_state
 from async_grpo.config.schema import SamplingConfig, TrainerConfig
 from async_grpo.grpo.loss import LossStats
@@ -115,6 +116,7 @@ class Trainer(Actor):
     @endpoint
     async def train_step(self, episodes: list[Episode], ref_logprobs: Tensor | None) -> TrainResult:
         """One step on this rank's share of the batch, then the new version staged."""
+        maybe_hang("trainer", "train_step")
         start = time.perf_counter()
         with tracing.span("train_step", version=self._core.version + 1, episodes=len(episodes)):
             step = self._core.step(episodes, ref_logprobs)

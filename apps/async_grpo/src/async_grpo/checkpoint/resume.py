@@ -42,6 +42,8 @@ MAY_CHANGE: tuple[str, ...] = (
     "generator.tensor_parallel",
     "generator.kv_block_tokens",
     "generator.call_timeout_s",
+    "trainer.step_timeout_s",
+    "trainer.call_timeout_s",
     "reward.replicas",
     "reward.call_timeout_s",
     "env.replicas",

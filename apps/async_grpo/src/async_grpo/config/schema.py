@@ -208,6 +208,13 @@ class TrainerConfig:
     expectation) or "none" (`grpo.advantages.group_advantages`)."""
     procs: int = 1
     """Trainer processes; more than 1 shards the model FSDP-style over them."""
+    step_timeout_s: float = 0.0
+    """A train step left unanswered this long marks the trainer stuck: its stack is saved
+    (`<out_dir>/stuck/`) and it is restored from the newest checkpoint, as after a death; 0:
+    10 x the slowest step so far, at least 120 s (600 s for the first)."""
+    call_timeout_s: float = 300.0
+    """Any other call the trainer leaves unanswered this long (staging the first weights,
+    taking or finishing a checkpoint, releasing staging): as `step_timeout_s`."""
     loss: LossConfig = dataclasses.field(default_factory=LossConfig)
     """The GRPO loss (`LossConfig`); `loss.kl_coef > 0` also spawns a reference model."""
 

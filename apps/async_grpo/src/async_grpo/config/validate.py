@@ -42,6 +42,8 @@ def validate(cfg: RunConfig) -> None:
         ("trainer.grad_clip", t.grad_clip > 0, "> 0"),
         ("trainer.batch_size", t.batch_size >= 1, ">= 1"),
         ("trainer.procs", t.procs >= 1, ">= 1"),
+        ("trainer.step_timeout_s", 0 <= t.step_timeout_s < inf, ">= 0 (0: from the steps)"),
+        ("trainer.call_timeout_s", 0 < t.call_timeout_s < inf, "> 0"),
         ("trainer.loss.clip_eps", loss.clip_eps > 0, "> 0"),
         ("trainer.loss.truncate_cap", loss.truncate_cap >= 1, ">= 1"),
         ("trainer.loss.kl_coef", loss.kl_coef >= 0, ">= 0 (0 turns the KL term off)"),

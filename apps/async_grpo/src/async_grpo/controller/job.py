@@ -12,6 +12,7 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Protocol
 
 from actor_service import ReplicaEvent
 
@@ -38,11 +39,21 @@ from async_grpo.tasks.environments import TaskSource
 StepCallback = Callable[[StepRow, TrainResult], None]
 """Called with each train step's row and result (the CLI's progress report)."""
 
-Spawn = Callable[
-    [RunConfig, Prepared, Callable[[ReplicaEvent], None], Path | None], Awaitable[Components]
-]
-"""Starts every process of a job (`launch.spawn.spawn_components`): the config, what was
-prepared, the listener of replica events, the trainer checkpoint to start from."""
+
+class Spawn(Protocol):
+    """Starts every process of a job (`launch.spawn.spawn_components`): the config, what was
+    prepared, the listener of replica events, the trainer checkpoint to start from, and
+    where one-line events go."""
+
+    def __call__(
+        self,
+        cfg: RunConfig,
+        prep: Prepared,
+        on_replica_event: Callable[[ReplicaEvent], None],
+        restore: Path | None = None,
+        *,
+        log: Callable[[str], None] = print,
+    ) -> Awaitable[Components]: ...
 
 
 async def run_job(
@@ -71,7 +82,7 @@ async def run_job(
     recorder = replica_event_recorder(
         cfg, metrics=metrics, ledger=ledger, weights=weights, gate=gate, log=log
     )
-    c = await spawn(cfg, prep, recorder, resume.trainer if resume else None)
+    c = await spawn(cfg, prep, recorder, resume.trainer if resume else None, log=log)
     pids = asyncio.create_task(_keep_process_table(c, out_dir / PROCESSES_FILE))
     evaluator = make_evaluator(c, cfg, prep, metrics, tasks, log=log, newest=lambda: weights.newest)
     try:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from actor_service import ReplicaEvent
 
@@ -32,6 +33,7 @@ from async_grpo.controller.staleness import StalenessGate
 from async_grpo.launch.spawn import buffer_config
 from async_grpo.launch.trainer import spawn_trainer
 from async_grpo.observability.metrics import RunMetrics
+from async_grpo.observability.stuck import record_stuck, stuck_line
 
 
 def replica_event_recorder(
@@ -52,6 +54,13 @@ def replica_event_recorder(
         who = f"{event.service} replica {event.replica}"
         if event.kind == "died":
             faults.replica_deaths += 1
+            if event.reason.startswith("hung:"):
+                # Its processes are stopped right after the listeners: look first. Blocking
+                # (about a second per process) is what keeps them there meanwhile.
+                stuck = record_stuck(
+                    Path(cfg.out_dir), f"{event.service}-{event.replica}", event.pids
+                )
+                log(stuck_line(who, event.reason.split("`")[1], _hung_for(event.reason), stuck))
             lost = ""
             if event.service == "buffer":
                 groups = ledger.lose_buffer()
@@ -132,7 +141,12 @@ async def restore_trainer(job: Job, reason: str) -> None:
         cut = await asyncio.to_thread(read_cut, newest, buffer_config(job.cfg))
     generated = job.metrics.episodes_generated
     job.components.trainer = await spawn_trainer(
-        job.cfg, job.prep, job.components.procs, job.components.hosts, cut.trainer
+        job.cfg,
+        job.prep,
+        job.components.procs,
+        job.components.hosts,
+        cut.trainer,
+        log=job.log,
     )
     await apply_cut(job, cut, rollback=True)
     seconds = time.perf_counter() - start
@@ -151,3 +165,12 @@ async def restore_trainer(job: Job, reason: str) -> None:
         f"[trainer is back at version {cut.version} after {seconds:.1f}s{redone}; the {lost} "
         "episodes generated since are generated again]"
     )
+
+
+def _hung_for(reason: str) -> float:
+    """The seconds in actor-service's "hung: no answer to `x` within N s, ..." reason."""
+    words = reason.split(" within ", 1)[-1].split()
+    try:
+        return float(words[0])
+    except (IndexError, ValueError):
+        return 0.0

@@ -131,6 +131,8 @@ async def spawn_components(
     prep: Prepared,
     on_replica_event: Callable[[ReplicaEvent], None],
     restore: Path | None = None,
+    *,
+    log: Callable[[str], None] = print,
 ) -> Components:
     """Starts the hosts and every component on them (the trainer from `restore`, a trainer
     checkpoint directory, when given); `on_replica_event` hears of every service replica
@@ -148,7 +150,7 @@ async def spawn_components(
         return svc
 
     try:
-        trainer = await spawn_trainer(cfg, prep, procs, hosts, restore)
+        trainer = await spawn_trainer(cfg, prep, procs, hosts, restore, log=log)
         # Concurrently: each spawns processes that import torch and load a model.
         dataset, buffer, generator, reward = await asyncio.gather(
             service(

@@ -12,10 +12,12 @@ failures its service's own supervisor handles.)"""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import logging
 import os
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -27,10 +29,11 @@ from replay_buffer import Episode
 from torch import Tensor
 
 from async_grpo.actors.trainer import Trainer, TrainResult
-from async_grpo.config.schema import RunConfig
+from async_grpo.config.schema import RunConfig, TrainerConfig
 from async_grpo.grpo.step import add_stats
 from async_grpo.launch.launchers import Hosts
 from async_grpo.launch.prepare import Prepared
+from async_grpo.observability.stuck import STUCK_DIR, record_stuck, stuck_line
 from async_grpo.weight_sync.update import WeightUpdate, merge
 
 log = logging.getLogger(__name__)
@@ -42,6 +45,13 @@ TRAINER_MESHES = ("trainer", "logger", "_SPMDActor")
 
 
 _previous: list[Callable[[MeshFailure], None]] = []
+
+# A train step's deadline, when `trainer.step_timeout_s` is 0: the slowest step so far times
+# this, never below the floor; the first step also builds kernels and caches.
+STEP_DEADLINE_FACTOR = 10.0
+MIN_STEP_DEADLINE_S = 120.0
+FIRST_STEP_DEADLINE_S = 600.0
+STOP_DEADLINE_S = 60.0
 
 
 class TrainerDied(RuntimeError):
@@ -65,29 +75,63 @@ def tolerate_trainer_deaths() -> None:
 class TrainerMesh:
     """The controller's handle on the trainer's ranks (one or more): every call goes to all
     of them, and their answers are merged into the whole batch's. A call to a trainer whose
-    process died raises `TrainerDied`."""
+    process died raises `TrainerDied`; so does one it leaves unanswered past its deadline
+    (`trainer.step_timeout_s`, `trainer.call_timeout_s`), after the stuck processes' stacks
+    are saved into `<out_dir>/stuck/` and named in one line to `log`."""
 
-    def __init__(self, ranks: Trainer, mesh: ProcMesh) -> None:
+    def __init__(
+        self,
+        ranks: Trainer,
+        mesh: ProcMesh,
+        cfg: TrainerConfig,
+        out_dir: Path,
+        log: Callable[[str], None] = print,
+    ) -> None:
         self.ranks, self.mesh = ranks, mesh
+        self._cfg, self._out_dir, self._log = cfg, out_dir, log
         self.pid_list: list[int] = []  # every rank's process id, once `pids` answered
+        self._slowest_step: float | None = None
 
-    async def _call(self, call: Awaitable[Any]) -> list[Any]:
+    def step_deadline(self) -> float:
+        """Seconds a train step may take: `trainer.step_timeout_s`, or from the steps so far
+        (a first step also builds kernels and caches, so it gets more)."""
+        if self._cfg.step_timeout_s > 0:
+            return self._cfg.step_timeout_s
+        if self._slowest_step is None:
+            return FIRST_STEP_DEADLINE_S
+        return max(MIN_STEP_DEADLINE_S, STEP_DEADLINE_FACTOR * self._slowest_step)
+
+    async def _call(self, name: str, call: Awaitable[Any], deadline: float) -> list[Any]:
         try:
-            answers = await call
+            answers = await asyncio.wait_for(call, deadline)
         except SupervisionError as e:
             lines = str(e).strip().splitlines()
             raise TrainerDied(lines[-1].strip() if lines else "a trainer process failed") from e
+        except TimeoutError:
+            # Alive but not answering: where it is stuck goes with the run before the
+            # process is replaced (restored from the newest checkpoint, as after a death).
+            stuck = await asyncio.to_thread(record_stuck, self._out_dir, "trainer", self.pid_list)
+            self._log(stuck_line("trainer", name, deadline, stuck))
+            where = f" (at {stuck[0].where()})" if stuck else ""
+            raise TrainerDied(
+                f"no answer to `{name}` within {deadline:g} s{where}; stack in "
+                f"{self._out_dir / STUCK_DIR}"
+            ) from None
         return list(answers.values())
 
     async def publish_initial(self) -> WeightUpdate:
         """The version the trainer starts from, staged for the generators."""
-        return merge(await self._call(self.ranks.publish_initial.call()))
+        call = self.ranks.publish_initial.call()
+        return merge(await self._call("publish_initial", call, self._cfg.call_timeout_s))
 
     async def train_step(self, episodes: list[Episode], ref_logprobs: Tensor | None) -> TrainResult:
         """One optimizer step on the batch; returns once its weights are staged."""
+        start = time.perf_counter()
         steps: list[TrainResult] = await self._call(
-            self.ranks.train_step.call(episodes, ref_logprobs)
+            "train_step", self.ranks.train_step.call(episodes, ref_logprobs), self.step_deadline()
         )
+        took = time.perf_counter() - start
+        self._slowest_step = max(self._slowest_step or 0.0, took)
         return TrainResult(
             version=steps[0].version,
             weights=merge([s.weights for s in steps]),
@@ -100,31 +144,35 @@ class TrainerMesh:
 
     async def release(self, version: int) -> None:
         """Every generator runs `version` or newer: older staging may be reused."""
-        await self._call(self.ranks.release.call(version))
+        await self._call("release", self.ranks.release.call(version), self._cfg.call_timeout_s)
 
     async def full_weights(self) -> dict[str, Tensor]:
         """The current parameters, unsharded, by name."""
-        return dict((await self._call(self.ranks.full_weights.call()))[0])
+        call = self.ranks.full_weights.call()
+        return dict((await self._call("full_weights", call, self._cfg.call_timeout_s))[0])
 
     async def save(self, path: Path) -> float:
         """Starts writing the trainer's checkpoint into `path` (every rank its part); returns
         once staged: the seconds training was held (the slowest rank's)."""
-        held: list[float] = await self._call(self.ranks.save.call(str(path)))
+        call = self.ranks.save.call(str(path))
+        held: list[float] = await self._call("save", call, self._cfg.call_timeout_s)
         return max(held)
 
     async def saved(self) -> None:
         """Returns once the last `save` is on disk."""
-        await self._call(self.ranks.saved.call())
+        await self._call("saved", self.ranks.saved.call(), self._cfg.call_timeout_s)
 
     async def pids(self) -> list[int]:
         """Every rank's process id (a call: it also tells whether the trainer is alive)."""
-        self.pid_list = [int(p) for p in await self._call(self.ranks.pid.call())]
+        answers = await self._call("pid", self.ranks.pid.call(), self._cfg.call_timeout_s)
+        self.pid_list = [int(p) for p in answers]
         return self.pid_list
 
     async def stop(self) -> None:
-        """Stops the trainer's processes (dead or alive)."""
+        """Stops the trainer's processes (dead, alive or stuck); gives up waiting after
+        `STOP_DEADLINE_S` (a host that is gone never answers)."""
         with contextlib.suppress(Exception):
-            await self.mesh.stop()
+            await asyncio.wait_for(self.mesh.stop(), STOP_DEADLINE_S)
 
 
 async def spawn_trainer(
@@ -133,6 +181,8 @@ async def spawn_trainer(
     procs: list[ProcMesh],
     hosts: Hosts,
     restore: Path | None = None,
+    *,
+    log: Callable[[str], None] = print,
 ) -> TrainerMesh:
     """Spawns the trainer on a mesh of `cfg.trainer.procs` processes spread evenly over the
     hosts of its host mesh (appended to `procs`, so the caller stops it even when set-up
@@ -153,7 +203,8 @@ async def spawn_trainer(
     kwargs = {"device": prep.devices.trainer_device}
     if restore is not None:
         kwargs["restore"] = str(restore)
-    trainer = TrainerMesh(mesh.spawn("trainer", Trainer, *args, **kwargs), mesh)
+    ranks = mesh.spawn("trainer", Trainer, *args, **kwargs)
+    trainer = TrainerMesh(ranks, mesh, cfg.trainer, Path(cfg.out_dir), log)
     await trainer.pids()
     return trainer
 
