@@ -175,6 +175,22 @@ def _bubblewrap(session: nox.Session) -> dict[str, str]:
 
 
 @nox.session
+def fast(session: nox.Session) -> None:
+    """The fast tier, for while you change code (not in the default set): ruff, then every
+    member's tests not marked `slow` (whole runs, several processes for a minute), one
+    pytest per member in one environment holding the whole workspace.
+
+    `uv run nox -s fast` (add `-- -x` to stop at the first failure); the default set runs
+    everything, slow tests included."""
+    bin_dir = _env(session, "workspace", "--no-dev", "--no-emit-project", "--all-packages")
+    _run(session, bin_dir, "ruff", "check", ".")
+    _run(session, bin_dir, "ruff", "format", "--check", ".")
+    for path in [*MEMBERS.values(), "tests"]:
+        tests = path if path == "tests" else f"{path}/tests"
+        _run(session, bin_dir, "pytest", tests, "-m", "not slow", "-q", *session.posargs)
+
+
+@nox.session
 def integration(session: nox.Session) -> None:
     """Cross-package tests in `tests/` (type-checked first), with the whole workspace installed."""
     bin_dir = _env(session, "workspace", "--no-dev", "--no-emit-project", "--all-packages")

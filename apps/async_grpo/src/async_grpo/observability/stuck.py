@@ -45,13 +45,18 @@ class StuckReport:
 
 
 def innermost_project_frame(dump: str) -> str:
-    """The innermost frame of this project's code in a `py-spy dump` ("" when none): py-spy
-    prints each thread innermost first, so the first match of the thread that has one."""
-    for line in dump.splitlines():
-        m = _PROJECT.match(line)
-        if m:
-            where = m.group("file").split("/src/")[-1].split("site-packages/")[-1]
-            return f"{m.group('name')} ({where}:{m.group('line')})"
+    """The innermost frame of this project's code in a `py-spy dump` ("" when none). py-spy
+    prints each thread innermost first; the thread running an actor's endpoint (Monarch's
+    `_Actor.handle` in its stack) is looked at first, since that is the call that hangs, not
+    a background thread of ours waiting as it always does."""
+    threads = re.split(r"\n(?=Thread )", dump)
+    threads.sort(key=lambda block: "_Actor.handle" not in block)  # stable: endpoint first
+    for block in threads:
+        for line in block.splitlines():
+            m = _PROJECT.match(line)
+            if m:
+                where = m.group("file").split("/src/")[-1].split("site-packages/")[-1]
+                return f"{m.group('name')} ({where}:{m.group('line')})"
     return ""
 
 
