@@ -175,6 +175,22 @@ def _bubblewrap(session: nox.Session) -> dict[str, str]:
 
 
 @nox.session
+def fast(session: nox.Session) -> None:
+    """The fast tier, for while you change code (not in the default set): ruff, then every
+    member's tests not marked `slow` (whole runs, several processes for a minute), one
+    pytest per member in one environment holding the whole workspace.
+
+    `uv run nox -s fast` (add `-- -x` to stop at the first failure); the default set runs
+    everything, slow tests included."""
+    bin_dir = _env(session, "workspace", "--no-dev", "--no-emit-project", "--all-packages")
+    _run(session, bin_dir, "ruff", "check", ".")
+    _run(session, bin_dir, "ruff", "format", "--check", ".")
+    for path in [*MEMBERS.values(), "tests"]:
+        tests = path if path == "tests" else f"{path}/tests"
+        _run(session, bin_dir, "pytest", tests, "-m", "not slow", "-q", *session.posargs)
+
+
+@nox.session
 def integration(session: nox.Session) -> None:
     """Cross-package tests in `tests/` (type-checked first), with the whole workspace installed."""
     bin_dir = _env(session, "workspace", "--no-dev", "--no-emit-project", "--all-packages")
@@ -218,14 +234,14 @@ def browser(session: nox.Session) -> None:
         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
         "ASYNC_GRPO_REQUIRE_BROWSER": "1",  # here a missing browser fails instead of skipping
     }
-    test = "apps/async_grpo/tests/test_report_browser.py"
+    test = "apps/async_grpo/tests/observability/test_report_browser.py"
     session.run(str(bin_dir / "pytest"), test, *session.posargs, env=env, external=True)
 
 
 # The vLLM engine's tests: they skip elsewhere (no vLLM), and must run here.
 VLLM_TESTS = [
-    "apps/async_grpo/tests/test_vllm_engine.py",
-    "apps/async_grpo/tests/test_vllm_learning.py",
+    "apps/async_grpo/tests/generation/test_vllm_engine.py",
+    "apps/async_grpo/tests/runs/test_vllm_learning.py",
 ]
 
 

@@ -46,15 +46,15 @@ from pathlib import Path
 import torch
 from _checks import expect
 from actor_service import Service, ServiceConfig, spawn_service
-from async_grpo.batching import pack, sequence_logprobs
-from async_grpo.config import SamplingConfig
-from async_grpo.grpo import LossConfig, grpo_loss
-from async_grpo.model import load_policy, load_tokenizer, write_random_checkpoint
-from async_grpo.presets import TINY_ARCH
-from async_grpo.rewards import count_score
-from async_grpo.rollout import to_episodes
-from async_grpo.sampling import Completion, generate
-from async_grpo.tasks import corpus_for, count_sample
+from async_grpo.config.presets import TINY_ARCH
+from async_grpo.config.schema import LossConfig, SamplingConfig
+from async_grpo.generation.decoding import Completion, generate
+from async_grpo.generation.episodes import to_episodes
+from async_grpo.grpo.batching import pack, sequence_logprobs
+from async_grpo.grpo.loss import grpo_loss
+from async_grpo.model.policy import load_policy, load_tokenizer, write_random_checkpoint
+from async_grpo.tasks.prompts import corpus_for, count_sample
+from async_grpo.tasks.rewards import count_score
 from monarch.actor import Actor, endpoint, this_host
 from rdma_tensor import Manifest, Publisher, Subscriber
 from replay_buffer import Episode, ReplayBuffer, ReplayBufferConfig

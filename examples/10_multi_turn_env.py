@@ -37,14 +37,14 @@ from pathlib import Path
 
 from _checks import expect
 from actor_service import ServiceConfig
-from async_grpo.config import ModelConfig, SamplingConfig
-from async_grpo.engines.hf import HFEngine
-from async_grpo.env_rollout import make_encode
-from async_grpo.model import load_tokenizer, write_random_checkpoint
-from async_grpo.multiturn import play
-from async_grpo.presets import TINY_ARCH
-from async_grpo.rollout import records_to_episodes
-from async_grpo.sampling import Completion
+from async_grpo.config.presets import TINY_ARCH
+from async_grpo.config.schema import ModelConfig, SamplingConfig
+from async_grpo.controller.play import make_encode
+from async_grpo.generation.decoding import Completion
+from async_grpo.generation.engines.hf import HFEngine
+from async_grpo.generation.episodes import records_to_episodes
+from async_grpo.generation.multiturn import play
+from async_grpo.model.policy import load_tokenizer, write_random_checkpoint
 from rl_envs import (
     Calculator,
     PolicyTurn,

@@ -20,6 +20,16 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
+# `pip download` (here and in the bundle tool) needs an interpreter with pip; `uv run` puts
+# the workspace's environment, which has none, first on PATH.
+if ! python3 -m pip --version > /dev/null 2>&1; then
+    PATH=$(printf '%s' "$PATH" | tr ':' '\n' | grep -v -e '/\.venv/' -e '/\.nox/' | paste -sd: -)
+    export PATH
+    if ! python3 -m pip --version > /dev/null 2>&1; then
+        echo "gpu_bundle: needs a python3 with pip on PATH (outside uv's environments)" >&2
+        exit 1
+    fi
+fi
 dest=.offline
 
 tool=${MONARCH_BUNDLE_TOOL:-}

@@ -8,8 +8,8 @@ app runs, and turns every part's files into one JSON file and a short table.
 Only `environment` imports torch and Monarch; the rest is the standard library (plus psutil,
 when installed, for resident memory), so a broken install still gets its report. The app is
 read only through its output files (`metrics.jsonl` rows, `processes.json`, `trace.json`),
-never imported here: what they hold is documented in async_grpo's `metrics.StepRow`,
-`controller.PROCESSES_FILE` and `trace_files.merge`.
+never imported here: what they hold is documented in async_grpo's `observability.metrics.StepRow`,
+`controller.job.PROCESSES_FILE` and `tracing.files.merge`.
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@
 #   weight_sync  packages/rdma-tensor/benchmarks/gpu_weight_sync.py: a Qwen2.5-0.5B-shaped
 #                bf16 state dict, CUDA trainer process -> CUDA generator process
 #   app          async-grpo --preset qwen2.5-0.5b --model.random_weights true (or --model
-#                CHECKPOINT_DIR) with the HF engine and KL off for about 3 minutes, GPU
-#                memory sampled
+#                CHECKPOINT_DIR) with the HF engine for about 3 minutes (the reference
+#                model on the trainer's GPU), GPU memory sampled
 # Then OUT_DIR/gpu_check.json (everything), OUT_DIR/<part>.log (each part's log, its last
 # 400 lines) and a short table. Exits 1 if any part failed or timed out.
 #
@@ -96,20 +96,17 @@ part_weight_sync() {
 }
 
 part_app() {
-    # KL off: the preset's reference model (kl_coef 0.01) runs on the CPU in one thread
-    # whatever the machine (async_grpo's actors/reference.py), about 7 s per 576 tokens of
-    # the 0.5B model on the development machine, so every step would wait about a minute on
-    # it. GPU_CHECK_APP_ARGS='--trainer.loss.kl_coef 0.01' puts it back.
-    local args=(--generator.engine hf --out_dir "$WORK/app" --checkpoint.every 1000000 --log_every 5
-        --trainer.loss.kl_coef 0)
+    local args=(--generator.engine hf --out_dir "$WORK/app" --checkpoint.every 1000000 --log_every 5)
     if [ "$(cat "$WORK/mode")" = cuda ]; then
         local minutes
         minutes=$(awk -v s="${GPU_CHECK_APP_TRAIN_S:-90}" 'BEGIN { printf "%.3f", s / 60 }')
+        # The preset as written (KL on: the reference model shares the trainer's GPU).
         args+=(--preset qwen2.5-0.5b --steps 1000000 --max_minutes "$minutes")
-        echo "[one GPU: the qwen2.5-0.5b preset, KL off, ${GPU_CHECK_APP_TRAIN_S:-90} s of training]" > "$WORK/app.label"
+        echo "[one GPU: the qwen2.5-0.5b preset, ${GPU_CHECK_APP_TRAIN_S:-90} s of training]" > "$WORK/app.label"
     else
-        args+=(--preset qwen2.5-0.5b --model.arch tiny --steps 3)
-        echo "[CPU rehearsal: the qwen2.5-0.5b preset, KL off, the model shrunk to tiny]" > "$WORK/app.label"
+        # KL off on the CPU: the reference model's forward would hold every step there.
+        args+=(--preset qwen2.5-0.5b --device cpu --model.arch tiny --steps 3 --trainer.loss.kl_coef 0)
+        echo "[CPU rehearsal: the qwen2.5-0.5b preset on the CPU, KL off, the model shrunk to tiny]" > "$WORK/app.label"
     fi
     if [ -n "${MODEL_DIR:-}" ]; then args+=(--model "$MODEL_DIR"); else args+=(--model.random_weights true); fi
     # shellcheck disable=SC2206

@@ -41,8 +41,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from async_grpo.presets import tiny
-from async_grpo.recovery import episodes_lost_bound
+from async_grpo.config.presets import tiny
+from async_grpo.controller.recovery import episodes_lost_bound
 
 KINDS = ("generator", "reward", "buffer", "trainer")
 BACK = {

@@ -27,14 +27,13 @@ import time
 from pathlib import Path
 
 import torch
-from async_grpo.config import SamplingConfig, TrainerConfig
-from async_grpo.grpo import LossConfig
-from async_grpo.model import qwen2_config
-from async_grpo.presets import ARCHS
-from async_grpo.tasks import corpus_for
-from async_grpo.tokenizer import build_tokenizer
-from async_grpo.trainer_state import CheckpointWriter
-from async_grpo.training import TrainerCore
+from async_grpo.checkpoint.trainer_state import CheckpointWriter
+from async_grpo.config.presets import ARCHS
+from async_grpo.config.schema import LossConfig, SamplingConfig, TrainerConfig
+from async_grpo.grpo.step import TrainerCore
+from async_grpo.model.policy import qwen2_config
+from async_grpo.model.tokenizer import build_tokenizer
+from async_grpo.tasks.prompts import corpus_for
 from replay_buffer import Episode
 from transformers import Qwen2ForCausalLM
 

@@ -51,11 +51,11 @@ MODELS: dict[str, Literal["float32", "bfloat16"]] = {
 
 def measure(engine_name: str, arch: str, args: argparse.Namespace) -> dict[str, object]:
     """One engine on one model, in this process."""
-    from async_grpo.config import ModelConfig, SamplingConfig  # noqa: PLC0415
-    from async_grpo.engines import make_engine  # noqa: PLC0415
-    from async_grpo.model import load_policy, write_random_checkpoint  # noqa: PLC0415
-    from async_grpo.presets import ARCHS  # noqa: PLC0415
-    from async_grpo.tasks import corpus_for  # noqa: PLC0415
+    from async_grpo.config.presets import ARCHS  # noqa: PLC0415
+    from async_grpo.config.schema import ModelConfig, SamplingConfig  # noqa: PLC0415
+    from async_grpo.generation.engines import make_engine  # noqa: PLC0415
+    from async_grpo.model.policy import load_policy, write_random_checkpoint  # noqa: PLC0415
+    from async_grpo.tasks.prompts import corpus_for  # noqa: PLC0415
     from rdma_tensor import Publisher  # noqa: PLC0415
 
     torch.set_num_threads(args.threads)
@@ -108,13 +108,13 @@ def logprob_gap(engine_name: str, dtype: Literal["float32", "bfloat16"]) -> floa
     of 64 samples from the tiny model at equal weights (temperature 0.7, top-p 0.9)."""
     import itertools  # noqa: PLC0415
 
-    from async_grpo.batching import pack, sequence_logprobs  # noqa: PLC0415
-    from async_grpo.config import ModelConfig, SamplingConfig  # noqa: PLC0415
-    from async_grpo.engines import make_engine  # noqa: PLC0415
-    from async_grpo.model import load_policy, load_tokenizer, write_random_checkpoint  # noqa: PLC0415
-    from async_grpo.presets import ARCHS  # noqa: PLC0415
-    from async_grpo.rollout import to_episodes  # noqa: PLC0415
-    from async_grpo.tasks import corpus_for  # noqa: PLC0415
+    from async_grpo.config.presets import ARCHS  # noqa: PLC0415
+    from async_grpo.config.schema import ModelConfig, SamplingConfig  # noqa: PLC0415
+    from async_grpo.generation.engines import make_engine  # noqa: PLC0415
+    from async_grpo.generation.episodes import to_episodes  # noqa: PLC0415
+    from async_grpo.grpo.batching import pack, sequence_logprobs  # noqa: PLC0415
+    from async_grpo.model.policy import load_policy, load_tokenizer, write_random_checkpoint  # noqa: PLC0415
+    from async_grpo.tasks.prompts import corpus_for  # noqa: PLC0415
 
     sampling = SamplingConfig(group_size=8, max_new_tokens=8, temperature=0.7, top_p=0.9)
     with tempfile.TemporaryDirectory() as tmp:
@@ -151,7 +151,7 @@ def main() -> None:
     if args.gap:
         print(json.dumps(logprob_gap(args.gap[0], args.gap[1])))
         return
-    from async_grpo.engines.vllm_engine import installed  # noqa: PLC0415
+    from async_grpo.generation.engines.vllm_engine import installed  # noqa: PLC0415
 
     engines = ["hf", "vllm"] if installed() else ["hf"]
     if not installed():

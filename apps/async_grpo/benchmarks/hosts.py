@@ -30,10 +30,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from async_grpo.cli import run
-from async_grpo.placement import PlacementConfig, three_local_hosts
-from async_grpo.prepare import prepare
-from async_grpo.presets import tiny
+from async_grpo.config.placement import PlacementConfig, three_local_hosts
+from async_grpo.config.presets import tiny
+from async_grpo.launch.prepare import prepare
+from async_grpo.train import run
 
 PLACEMENTS = {"one host": PlacementConfig(), "three hosts": three_local_hosts()}
 

@@ -25,10 +25,10 @@ import time
 from collections.abc import Sequence
 
 import torch
-from async_grpo.env_rollout import make_encode
-from async_grpo.model import qwen2_config
-from async_grpo.presets import TINY_ARCH
-from async_grpo.tokenizer import build_tokenizer
+from async_grpo.config.presets import TINY_ARCH
+from async_grpo.controller.play import make_encode
+from async_grpo.model.policy import qwen2_config
+from async_grpo.model.tokenizer import build_tokenizer
 from rl_envs import (
     FollowThePattern,
     PolicyTurn,

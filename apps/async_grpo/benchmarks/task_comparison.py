@@ -26,11 +26,12 @@ import os
 import tempfile
 from pathlib import Path
 
-from async_grpo.arguments import apply_overrides
-from async_grpo.cli import Summary, run
-from async_grpo.config import ConfigError
-from async_grpo.prepare import prepare
-from async_grpo.presets import PRESETS
+from async_grpo.config.args import apply_overrides
+from async_grpo.config.presets import PRESETS
+from async_grpo.config.schema import ConfigError
+from async_grpo.launch.prepare import prepare
+from async_grpo.observability.console import Summary
+from async_grpo.train import run
 
 TASKS = {"count": "tiny", "repeat": "repeat", "pattern": "pattern"}
 

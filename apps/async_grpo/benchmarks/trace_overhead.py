@@ -29,10 +29,11 @@ import time
 from pathlib import Path
 
 from async_grpo import tracing
-from async_grpo.arguments import apply_overrides
-from async_grpo.cli import Summary, run
-from async_grpo.prepare import prepare
-from async_grpo.presets import tiny
+from async_grpo.config.args import apply_overrides
+from async_grpo.config.presets import tiny
+from async_grpo.launch.prepare import prepare
+from async_grpo.observability.console import Summary
+from async_grpo.train import run
 
 
 def bench(trace: bool, steps: int, seed: int, out: Path) -> Summary:

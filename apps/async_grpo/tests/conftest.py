@@ -5,8 +5,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from async_grpo.model import ArchSpec, write_random_checkpoint
-from async_grpo.tasks import corpus_for
+from async_grpo.model.policy import ArchSpec, write_random_checkpoint
+from async_grpo.tasks.prompts import corpus_for
 
 # Monarch notices a dead process at its supervision poll: 1 s instead of the default 10 s
 # keeps the tests that kill processes short. Set before any test starts Monarch here.

@@ -1,48 +1,51 @@
-"""Running a whole job in a test: the components it spawned kept for the test to reach
-(kill a replica, read a pid), and its metrics written to `<out_dir>/metrics.jsonl`."""
+"""Running whole jobs in tests: a `spawn` that keeps the components a job started (for the
+test to kill a replica or read a pid), one that refuses to start anything (bad input must
+fail before a process exists), and a run's metrics rows."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Callable
 from pathlib import Path
 
-import async_grpo.controller
-import pytest
-from async_grpo.components import Components, spawn_components
-from async_grpo.config import RunConfig
-from async_grpo.controller import StepCallback
-from async_grpo.metrics import RunMetrics
-from async_grpo.metrics_sink import MetricsSink
-from async_grpo.prepare import Prepared
+from async_grpo.config.schema import RunConfig
+from async_grpo.controller.broadcast import WeightBroadcast
+from async_grpo.controller.job import Spawn
+from async_grpo.controller.ledger import PromptLedger
+from async_grpo.launch.spawn import Components, spawn_components
+from async_grpo.observability.metrics import RunMetrics
+
+SPAWN_REFUSED = "a process would have been spawned"
 
 
-def keep_components(monkeypatch: pytest.MonkeyPatch) -> list[Components]:
-    """The list every later `run_job` of this test appends its `Components` to."""
-    started: list[Components] = []
+def keeping(started: list[Components]) -> Spawn:
+    """`spawn_components`, appending every job's `Components` to `started`."""
 
-    async def spawn_and_keep(*args: object) -> Components:
-        c = await spawn_components(*args)  # type: ignore[arg-type]
+    async def spawn(*args: object, **kwargs: object) -> Components:
+        c = await spawn_components(*args, **kwargs)  # type: ignore[arg-type]
         started.append(c)
         return c
 
-    monkeypatch.setattr(async_grpo.controller, "spawn_components", spawn_and_keep)
-    return started
+    return spawn
 
 
-async def run(
-    cfg: RunConfig, prep: Prepared, on_step: StepCallback, log: Callable[[str], None]
-) -> RunMetrics:
-    """`controller.run_job`, its rows written to `<cfg.out_dir>/metrics.jsonl`."""
-    sink = MetricsSink(Path(cfg.out_dir))
-    metrics = RunMetrics(cfg.window)
-    try:
-        await async_grpo.controller.run_job(cfg, prep, sink, on_step, metrics, log=log)
-    finally:
-        sink.close()
-    return metrics
+async def refuse_spawn(*args: object, **kwargs: object) -> Components:
+    """A `spawn` for tests of bad input: reaching it fails the test."""
+    raise AssertionError(SPAWN_REFUSED)
 
 
 def rows(out_dir: Path) -> list[dict[str, float]]:
     """The metrics.jsonl rows of a run."""
     return [json.loads(x) for x in (out_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+@dataclasses.dataclass
+class Parts:
+    """What a rollout uses of a job (`controller.rollout.RolloutParts`), for driving
+    `rollout_prompts` by hand on spawned components."""
+
+    cfg: RunConfig
+    components: Components
+    ledger: PromptLedger
+    metrics: RunMetrics
+    weights: WeightBroadcast = dataclasses.field(default_factory=WeightBroadcast)

@@ -1,6 +1,6 @@
 """A real checkpoint written without Monarch: the trainer's part by `trainer_state` from a
 `TrainerCore` in this process, the rest by `checkpointing.write_files`, completed by
-`run_checkpoint.finish`, exactly as a run writes them. For the tests of `--resume`'s checks,
+`disk.finish`, exactly as a run writes them. For the tests of `--resume`'s checks,
 which must not spawn anything."""
 
 from __future__ import annotations
@@ -9,16 +9,15 @@ import asyncio
 from pathlib import Path
 
 import torch
-from async_grpo import run_checkpoint
-from async_grpo.checkpointing import HOLDS, write_files
-from async_grpo.components import buffer_config
-from async_grpo.config import RunConfig
-from async_grpo.ledger import PromptLedger
-from async_grpo.metrics import RunMetrics
-from async_grpo.model import load_policy
-from async_grpo.run_state import ControllerState
-from async_grpo.trainer_state import CheckpointWriter
-from async_grpo.training import TrainerCore
+from async_grpo.checkpoint import disk
+from async_grpo.checkpoint.trainer_state import CheckpointWriter
+from async_grpo.config.schema import RunConfig
+from async_grpo.controller.cut import HOLDS, ControllerState, write_files
+from async_grpo.controller.ledger import PromptLedger
+from async_grpo.grpo.step import TrainerCore
+from async_grpo.launch.spawn import buffer_config
+from async_grpo.model.policy import load_policy
+from async_grpo.observability.metrics import RunMetrics
 from replay_buffer import ReplayBuffer
 
 
@@ -28,7 +27,7 @@ def make_checkpoint(cfg: RunConfig, version: int) -> Path:
     model = load_policy(cfg.model.path, torch.float32)
     core = TrainerCore(model, cfg.trainer, cfg.sampling, vocab_size=16, pad_id=0, total_steps=9)
     core.version = version
-    partial = run_checkpoint.begin(Path(cfg.out_dir), version)
+    partial = disk.begin(Path(cfg.out_dir), version)
     writer = CheckpointWriter(sharded=False)
     writer.start(core, partial / "trainer")
     asyncio.run(writer.wait())
@@ -38,7 +37,7 @@ def make_checkpoint(cfg: RunConfig, version: int) -> Path:
     )
     buffer = ReplayBuffer(buffer_config(cfg)).state_dict()
     write_files(partial, cfg, state, buffer, metrics_rows="", prompt_rows="")
-    return run_checkpoint.finish(partial, version, 1, HOLDS)
+    return disk.finish(partial, version, 1, HOLDS)
 
 
 def tree(root: Path) -> dict[str, tuple[int, int]]:

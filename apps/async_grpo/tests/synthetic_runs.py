@@ -17,8 +17,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from async_grpo.metrics import StepRow
-from async_grpo.trace_files import merge
+from async_grpo.observability.metrics import StepRow
+from async_grpo.tracing.files import merge
 
 ORIGIN_US = 1_700_000_000_000_000.0  # any Unix time in microseconds
 

@@ -90,3 +90,10 @@ def test_from_dict_accepts_endpoint_timeouts_as_a_table_or_pairs() -> None:
     assert pairs.endpoint_timeouts == (("generate", 120.0),)
     with pytest.raises(ValueError, match=r"ServiceConfig\.endpoint_timeouts must be"):
         ServiceConfig.from_dict({"endpoint_timeouts": {"generate": -1}})
+
+
+def test_gpu_settings_are_checked() -> None:
+    with pytest.raises(ValueError, match="gpus_per_proc must be an int >= 1"):
+        ServiceConfig(gpus_per_proc=0)
+    with pytest.raises(ValueError, match="first_gpu must be an int >= 0"):
+        ServiceConfig(first_gpu=-1)

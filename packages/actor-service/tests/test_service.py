@@ -7,6 +7,8 @@ other settings spawn their own and stop it.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 from collections import Counter
 from collections.abc import AsyncIterator
 
@@ -21,6 +23,7 @@ from actor_service import (
     Sticky,
     spawn_service,
 )
+from helpers import wait_until
 from monarch.actor import ActorError, this_host
 from procs import alive, descendants
 from service_actors import BrokenInit, Caller, Echo
@@ -130,6 +133,27 @@ async def test_multi_process_replicas_run_every_rank_and_pin_gpus() -> None:
         assert ranks == [[(0, "0"), (1, "1")], [(0, "2"), (1, "3")]]
         pids = [p for r in svc.status().replicas for p in r.pids]
     assert not any(alive(p) for p in pids)
+
+
+async def test_gpu_blocks_start_at_first_gpu_and_hold_several_gpus_per_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A tensor-parallel engine in one process needs several GPUs; a trainer holds the first
+    # two of this machine. The parent's CUDA_VISIBLE_DEVICES is the list the indices count in.
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7,6,5,4,3,2")
+    config = ServiceConfig(
+        replicas=2, with_gpus=True, gpus_per_proc=2, first_gpu=2, name="tp2", max_restarts=1
+    )
+    async with await spawn_service(Echo, config) as svc:
+        assert sorted(v for _, v in await svc.env.fanout("CUDA_VISIBLE_DEVICES")) == [
+            "3,2",  # replica 1: GPUs 4 and 5 of the list
+            "5,4",  # replica 0: GPUs 2 and 3 of the list
+        ]
+        # A restarted replica gets its GPUs back.
+        (pid,) = svc.status().replicas[0].pids
+        os.kill(pid, signal.SIGKILL)
+        await wait_until(svc, lambda st: st.healthy == 2 and st.replicas[0].deaths == 1)
+        assert sorted(v for _, v in await svc.env.fanout("CUDA_VISIBLE_DEVICES")) == ["3,2", "5,4"]
 
 
 async def test_failing_init_is_a_clear_error_and_leaves_no_process() -> None:

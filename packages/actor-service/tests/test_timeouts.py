@@ -11,6 +11,7 @@ import asyncio
 import pytest
 from actor_service import (
     CallTimeoutError,
+    ReplicaEvent,
     RoundRobin,
     ServiceConfig,
     ServiceError,
@@ -31,9 +32,16 @@ async def test_a_hung_replica_is_stopped_and_restarted_and_its_calls_answered_el
         restart_backoff_s=0.3,
         name="hang",
     )
+    alive_at_delivery: list[bool] = []
+
+    def look(event: ReplicaEvent) -> None:
+        if event.kind == "died":
+            alive_at_delivery.extend(alive(pid) for pid in event.pids)
+
     async with await spawn_service(Stuck, config) as svc:
         seen = Recorder()
         svc.add_listener(seen)
+        svc.add_listener(look)
         pids = await svc.pid.fanout()
         # Round-robin: calls 0 and 2 go to replica 0, where the first blocks forever and
         # the second waits behind it; 1 and 3 go to replica 1.
@@ -52,7 +60,11 @@ async def test_a_hung_replica_is_stopped_and_restarted_and_its_calls_answered_el
         assert died.reason == (
             f"hung: no answer to `work` within {TIMEOUT_S:g} s, so its processes are stopped"
         )
+        # The hung process is named, and was still there for the listener to look at.
+        assert died.pids == (pids[0],)
+        assert alive_at_delivery == [True]
         assert up.restarts == 1
+        assert up.pids != died.pids
         status = await wait_until(svc, lambda s: s.healthy == 2)
         reborn = status.replicas[0]
         assert (reborn.generation, reborn.restarts) == (1, 1)

@@ -8,9 +8,8 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from actor_service import ServiceConfig
-from actor_service._request import Request
 from actor_service._watchdog import HangWatch
-from actor_service.replica import Replica, ReplicaState
+from actor_service.replica import Replica, ReplicaState, Request
 
 
 class Timer:

@@ -58,7 +58,7 @@ from rdma_tensor import Manifest, Publisher, PullResult, SharedTensor, Subscribe
 
 Shapes = list[tuple[str, tuple[int, ...]]]
 
-# The dimensions of Qwen/Qwen2.5-0.5B-Instruct's config.json (as async_grpo.model's
+# The dimensions of Qwen/Qwen2.5-0.5B-Instruct's config.json (as async_grpo.model.policy's
 # QWEN25_05B_ARCH); `tiny` is a CPU-sized Qwen2 for the rehearsal.
 ARCHS: dict[str, dict[str, Any]] = {
     "qwen2.5-0.5b": {

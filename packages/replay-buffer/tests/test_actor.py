@@ -121,6 +121,43 @@ async def test_checkpoint_through_the_actor_resumes_identically(procs: ProcMesh)
         await buffer.stop()
 
 
+async def test_snapshot_and_restore_cancel_what_waits(procs: ProcMesh) -> None:
+    # What a run's checkpoint and rollback do: take the state and the groups held at one
+    # instant, later put the buffer back there. Whatever waits in the buffer when it is
+    # restored (a put for room, a trainer for a batch) belongs to the abandoned timeline.
+    config = ReplayBufferConfig(admission_limit=4, max_buffer_size=8, group_size=2)
+    buffer = procs.slice(procs=0).spawn("buffer5", ReplayBufferActor, config)
+    try:
+        tag = await buffer.put.call_one(make_group("a", 2, policy_version=3))
+        await buffer.put.call_one(make_group("b", 2, policy_version=1))
+        snap = await buffer.snapshot.call_one()
+        assert sorted(snap.groups) == [("a", 3), ("b", 1)]
+        put = asyncio.ensure_future(buffer.put.call_one(make_group("c", 2, policy_version=3)))
+        await asyncio.sleep(0.5)
+        assert not put.done()  # full: it waits for room
+        await buffer.restore.call_one(snap.state)
+        with pytest.raises(ActorError):
+            await asyncio.wait_for(put, timeout=30)
+        assert sorted((await buffer.snapshot.call_one()).groups) == sorted(snap.groups)
+
+        await buffer.restore.call_one(None)  # empty, as new
+        assert (await buffer.stats.call_one()).held == 0
+        batch = asyncio.ensure_future(buffer.sample_wait.call_one(3, 4, 60.0))
+        await asyncio.sleep(0.5)
+        assert not batch.done()  # empty: the trainer waits
+        await buffer.restore.call_one(snap.state)
+        with pytest.raises(ActorError):
+            await asyncio.wait_for(batch, timeout=30)
+        assert (await buffer.stats.call_one()).held == 4  # nothing was taken
+
+        with pytest.raises(ActorError):  # a bad state is refused, the buffer unchanged
+            await buffer.restore.call_one({"not": "a state"})
+        assert (await buffer.stats.call_one()).held == 4
+        assert (await buffer.put.call_one([])) == tag  # the same process answers the same
+    finally:
+        await buffer.stop()
+
+
 async def test_admission_control_paces_producers_in_other_processes(procs: ProcMesh) -> None:
     limit, group_size, per_producer = 8, 2, 6
     config = ReplayBufferConfig(admission_limit=limit, group_size=group_size)

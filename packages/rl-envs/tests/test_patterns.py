@@ -1,9 +1,8 @@
-"""The data-side patterns (warm-up, task mixtures, curriculum, evaluation) and the token
+"""The data-side patterns (task mixtures, curriculum, evaluation) and the token
 view of an episode."""
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
 
 import pytest
@@ -15,7 +14,6 @@ from rl_envs import (
     Segment,
     Task,
     TaskMixture,
-    Warmup,
     context_ids,
     evaluate,
     make,
@@ -23,21 +21,6 @@ from rl_envs import (
     tokenize_episode,
 )
 from rl_envs.episode import EpisodeError
-
-
-async def test_warmup_opens_after_enough_episodes() -> None:
-    warmup = Warmup(episodes=5)
-    waiter = asyncio.create_task(warmup.wait())
-    assert not warmup.record(3)
-    await asyncio.sleep(0.01)
-    assert not waiter.done()
-    assert warmup.remaining == 2
-    assert warmup.record(2)
-    await asyncio.wait_for(waiter, 1)
-    assert warmup.ready
-    assert Warmup(0).ready
-    with pytest.raises(ValueError, match="Warmup episodes must be an int >= 0"):
-        Warmup(-1)
 
 
 def test_mixture_draws_by_weight_deterministically() -> None:

@@ -18,7 +18,6 @@ from typing import Any
 
 from monarch._rust_bindings.monarch_hyperactor.supervision import SupervisionError
 
-from actor_service._request import OMITTED, Request
 from actor_service._watchdog import HangWatch
 from actor_service.config import ServiceConfig
 from actor_service.errors import (
@@ -28,7 +27,7 @@ from actor_service.errors import (
     ServiceClosedError,
     ServiceOverloadedError,
 )
-from actor_service.replica import Replica, ReplicaState
+from actor_service.replica import OMITTED, Replica, ReplicaState, Request
 from actor_service.routers import Router
 
 

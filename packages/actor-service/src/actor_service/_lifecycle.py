@@ -187,8 +187,12 @@ class Launcher:
                 host=self._hosts[host] if self._hosts else None,
                 procs=cfg.procs_per_replica,
                 with_gpus=cfg.with_gpus,
-                first_gpu=self.placement.block_on(replica.index, host) * cfg.procs_per_replica,
+                first_gpu=cfg.first_gpu
+                + self.placement.block_on(replica.index, host)
+                * cfg.procs_per_replica
+                * cfg.gpus_per_proc,
                 timeout_s=cfg.spawn_timeout_s,
+                gpus_per_proc=cfg.gpus_per_proc,
             )
             trying[:] = [host]  # left set if the start timeout cancels this spawn
             try:

@@ -17,10 +17,10 @@ from __future__ import annotations
 class Placement:
     """The host of each of `replicas` slots over `hosts` hosts, and their GPU blocks.
 
-    With `with_gpus`, a slot's processes use the `procs_per_replica` GPUs of one *block* on
-    its host: block `b` is GPUs `b * procs_per_replica` onwards. A slot keeps its block while
-    it stays on its host (a restart reuses the same GPUs) and takes the lowest block free on
-    a host it moves to.
+    With `with_gpus`, a slot's processes use the GPUs of one *block* on its host: block `b`
+    is the `b`-th run of `procs_per_replica * gpus_per_proc` GPUs after `first_gpu`. A slot
+    keeps its block while it stays on its host (a restart reuses the same GPUs) and takes the
+    lowest block free on a host it moves to.
     """
 
     def __init__(self, hosts: int, replicas: int) -> None:

@@ -43,8 +43,8 @@ class DeathNotice:
 class ProcSpec:
     """The processes of generation `generation` of replica `index`: `procs` of them on
     `host` (a single-host `HostMesh`, or None for this host), spawned within `timeout_s`
-    seconds. With `with_gpus`, process `r` sees only GPU `first_gpu + r`. Its meshes are
-    named after `prefix`."""
+    seconds. With `with_gpus`, process `r` sees only the `gpus_per_proc` GPUs from
+    `first_gpu + r * gpus_per_proc` on. Its meshes are named after `prefix`."""
 
     prefix: str
     index: int
@@ -54,6 +54,7 @@ class ProcSpec:
     with_gpus: bool
     first_gpu: int
     timeout_s: float
+    gpus_per_proc: int = 1
 
 
 @dataclass(frozen=True)
@@ -85,9 +86,20 @@ class ReplicaAgent(Actor):
         return os.getpid()
 
 
-def pin_gpu(first_gpu: int) -> None:
-    """Bootstrap of a replica process: it sees one GPU, `first_gpu` + its rank."""
-    os.environ["CUDA_VISIBLE_DEVICES"] = str(first_gpu + current_rank().rank)
+def pin_gpu(first_gpu: int, gpus_per_proc: int = 1) -> None:
+    """Bootstrap of a replica process: it sees `gpus_per_proc` GPUs from `first_gpu` + its
+    rank times `gpus_per_proc` on, counted among the GPUs its parent saw (an inherited
+    CUDA_VISIBLE_DEVICES is a list to pick from, not physical indices)."""
+    start = first_gpu + current_rank().rank * gpus_per_proc
+    picked = range(start, start + gpus_per_proc)
+    inherited = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if inherited:
+        listed = [d.strip() for d in inherited.split(",") if d.strip()]
+        # Past the list: an index no device has, so CUDA sees none rather than a wrong one.
+        chosen = [listed[i] if i < len(listed) else "-1" for i in picked]
+    else:
+        chosen = [str(i) for i in picked]
+    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(chosen)
 
 
 class ReplicaSupervisor(Actor):
@@ -110,7 +122,11 @@ class ReplicaSupervisor(Actor):
         no answer within `spec.timeout_s`. (Monarch alone waits its
         `mesh_proc_spawn_max_idle`, 30 s by default, on a host that is gone.)"""
         dim = "gpus" if spec.with_gpus else "procs"
-        bootstrap = functools.partial(pin_gpu, spec.first_gpu) if spec.with_gpus else None
+        bootstrap = (
+            functools.partial(pin_gpu, spec.first_gpu, spec.gpus_per_proc)
+            if spec.with_gpus
+            else None
+        )
         host = spec.host if spec.host is not None else this_host()
         proc_mesh = host.spawn_procs(
             per_host={dim: spec.procs}, bootstrap=bootstrap, name=f"{spec.prefix}r{spec.index}"

@@ -19,9 +19,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from actor_service._request import Request
 from actor_service.config import ServiceConfig
-from actor_service.replica import Replica
+from actor_service.replica import Replica, Request
 
 OnHung = Callable[[Replica, int, Request, float], None]
 """`on_hung(replica, generation, request, seconds)`: `request` went unanswered for

@@ -34,9 +34,16 @@ class ServiceConfig:
         replicas: number of replicas, each its own process mesh.
         procs_per_replica: processes in each replica's mesh. Every call is sent to all of
             them (SPMD) and `route` returns rank 0's result.
-        with_gpus: pin one GPU per process: process `r` of replica `i` sees only GPU
-            `i * procs_per_replica + r` (through CUDA_VISIBLE_DEVICES, set before the actor
-            starts), on the same GPUs again after a restart.
+        with_gpus: pin GPUs to every process: process `r` of the replica in GPU block `b`
+            of its host (the first replica placed on a host has block 0, the next 1, ...)
+            sees only the `gpus_per_proc` GPUs from `first_gpu + (b * procs_per_replica +
+            r) * gpus_per_proc` on (through CUDA_VISIBLE_DEVICES, set before the actor
+            starts; indices count the GPUs the service's own process sees), on the same GPUs
+            again after a restart.
+        gpus_per_proc: with `with_gpus`, the GPUs each process sees (a tensor-parallel
+            engine that starts its own workers needs several in one process).
+        first_gpu: with `with_gpus`, the first GPU of every host the service uses (the
+            ones before it are left to something else, a trainer say).
 
     Load:
         max_in_flight_per_replica: requests sent to one replica at once. Monarch runs a
@@ -89,6 +96,8 @@ class ServiceConfig:
     replicas: int = 1
     procs_per_replica: int = 1
     with_gpus: bool = False
+    gpus_per_proc: int = 1
+    first_gpu: int = 0
     max_in_flight_per_replica: int = 2
     max_queued: int = 10_000
     router: Router = field(default_factory=_default_router)
@@ -113,10 +122,10 @@ class ServiceConfig:
                     f"ServiceConfig.{name} must be {rule}, got {getattr(self, name)!r}"
                 )
 
-        for name in ("replicas", "procs_per_replica", "max_in_flight_per_replica"):
+        for name in ("replicas", "procs_per_replica", "gpus_per_proc", "max_in_flight_per_replica"):
             value = getattr(self, name)
             need(isinstance(value, int) and value >= 1, name, "an int >= 1")
-        for name in ("max_queued", "max_retries", "max_restarts"):
+        for name in ("max_queued", "max_retries", "max_restarts", "first_gpu"):
             value = getattr(self, name)
             need(isinstance(value, int) and value >= 0, name, "an int >= 0")
         for name in (

@@ -42,6 +42,9 @@ class ReplicaEvent:
     host: the host the replica ran on ("died", "gave_up") or runs on now ("up": a replica
         whose host could not spawn processes any more is restarted on another), as its
         index among the hosts given to `spawn_service`; 0 without `hosts`.
+    pids: the replica's processes, rank order: "died", those that died or hung (a hung
+        one is still running when listeners hear of it, and is stopped after them, so a
+        listener can look at it, e.g. dump its stack); "up", the new ones.
     """
 
     service: str
@@ -52,6 +55,7 @@ class ReplicaEvent:
     at: float
     down_s: float | None = None
     host: int = 0
+    pids: tuple[int, ...] = ()
 
 
 def one_line(text: str | None) -> str:
@@ -107,6 +111,7 @@ class Listeners:
             at=at,
             down_s=down_s,
             host=replica.host,
+            pids=replica.pids if kind != "gave_up" else (),
         )
         if self._listeners:
             asyncio.get_running_loop().call_soon(self._deliver, event)

@@ -1,14 +1,15 @@
-"""The controller's record of one replica slot: its state, its load and its queue."""
+"""The controller's record of one replica slot (its state, its load and its queue) and of one
+accepted call (`Request`), which a replica holds while it is queued or in flight there."""
 
 from __future__ import annotations
 
 import asyncio
 import enum
 from collections import deque
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Hashable
+from dataclasses import dataclass, field
 from typing import Any
 
-from actor_service._request import Request
 from actor_service.metrics import ReplicaCounters, ReplicaStatus
 
 
@@ -109,3 +110,44 @@ class Replica:
 
     def __repr__(self) -> str:
         return f"Replica({self.index}, {self.state.value}, gen={self.generation}, host={self.host})"
+
+
+class _Omitted:
+    """The result of a fanout request whose replica died before answering."""
+
+    def __repr__(self) -> str:
+        return "OMITTED"
+
+
+OMITTED: Any = _Omitted()
+
+
+@dataclass(eq=False, slots=True)
+class Request:
+    """A call accepted by the service.
+
+    The caller awaits `future`, which is resolved exactly once however many times the call
+    is sent. `replica` is set while the call is in flight there (`task` sends it); a request
+    is owned by exactly one place at a time: a replica's queue, a replica's in-flight set,
+    or the dispatcher's waiting list.
+    """
+
+    endpoint: str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    future: asyncio.Future[Any]
+    idempotent: bool
+    session: Hashable | None = None
+    pinned: Replica | None = None
+    attempts: int = 0
+    replica: Replica | None = None
+    task: asyncio.Task[None] | None = None
+    expiry: asyncio.TimerHandle | None = field(default=None)
+
+    def resolve(self, result: Any) -> None:
+        if not self.future.done():
+            self.future.set_result(result)
+
+    def fail(self, error: BaseException) -> None:
+        if not self.future.done():
+            self.future.set_exception(error)

@@ -28,9 +28,9 @@ the transfer. Otherwise it copies.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import Literal, Protocol, get_args
 
 import torch
 
@@ -50,8 +50,18 @@ from rdma_tensor.handle import choose_transport, forget_owner
 from rdma_tensor.manifest import Manifest
 from rdma_tensor.transport import Transport
 
-if TYPE_CHECKING:
-    from rdma_tensor.actors import WeightPublisher
+
+class _LatestManifest(Protocol):
+    def call_one(self) -> Awaitable[Manifest]: ...
+
+
+class ManifestSource(Protocol):
+    """An actor whose `latest_manifest` endpoint answers its newest `Manifest`
+    (`actors.WeightPublisher`)."""
+
+    @property
+    def latest_manifest(self) -> _LatestManifest: ...
+
 
 SyncMode = Literal["auto", "copy", "map"]
 """How a `Subscriber` applies a version: map the staging memory, copy it, or choose."""
@@ -166,7 +176,7 @@ class Subscriber:
 
     async def pull(
         self,
-        source: Manifest | WeightPublisher,
+        source: Manifest | ManifestSource,
         *,
         allow_cast: bool = False,
         min_version: int | None = None,

@@ -21,13 +21,15 @@ from replay_buffer.sampling import (
     make_policy,
 )
 from replay_buffer.stats import BufferStats
+from replay_buffer.warmup import Warmup
 
 if TYPE_CHECKING:
-    from replay_buffer.actor import ReplayBufferActor
+    from replay_buffer.actor import BufferSnapshot, ReplayBufferActor
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "BufferSnapshot",
     "BufferStats",
     "Episode",
     "FifoSampling",
@@ -40,14 +42,15 @@ __all__ = [
     "SamplingName",
     "SamplingPolicy",
     "UniformSampling",
+    "Warmup",
     "make_policy",
 ]
 
 
 def __getattr__(name: str) -> object:
     # Lazy, so that `import replay_buffer` does not start Monarch's runtime.
-    if name == "ReplayBufferActor":
-        from replay_buffer.actor import ReplayBufferActor  # noqa: PLC0415
+    if name in ("ReplayBufferActor", "BufferSnapshot"):
+        from replay_buffer import actor  # noqa: PLC0415
 
-        return ReplayBufferActor
+        return getattr(actor, name)
     raise AttributeError(f"module 'replay_buffer' has no attribute {name!r}")

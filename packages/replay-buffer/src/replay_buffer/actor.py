@@ -8,15 +8,29 @@ every producer and to the trainer:
     await buffer.put.call_one(group)                         # a generator (waits for room)
     batch = await buffer.sample.call_one(version, batch_size)  # the trainer (None: not yet)
     batch = await buffer.sample_wait.call_one(version, batch_size, 5.0)  # or wait for one
+    snap = await buffer.snapshot.call_one()                  # a checkpoint's cut
+    await buffer.restore.call_one(snap.state)                # a rollback to it
     await procs.stop()
 
 Errors raised by the buffer reach the caller as `monarch.actor.ActorError` whose
 `.exception` is the original `ValueError` / `TypeError`; the actor keeps serving.
+
+For fault tolerance, `put` answers with the actor's `incarnation` (a buffer process started
+again after a death has another, so a caller can tell that the episodes it put went down
+with the old one), `snapshot` takes the state and the groups held in one step, and
+`restore` replaces the content after cancelling every put and sample still waiting (their
+callers were rolled back too). A subclass may record the waits by overriding `_traced` and
+`_held` (the monarch-rl app draws them on its timeline).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import asyncio
+import contextlib
+import copy
+import dataclasses
+import os
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast
 
 from monarch.actor import Actor, concurrent_endpoint
@@ -24,7 +38,7 @@ from monarch.actor import Actor, concurrent_endpoint
 from replay_buffer.batch import SampledBatch
 from replay_buffer.buffer import ReplayBuffer
 from replay_buffer.config import ReplayBufferConfig
-from replay_buffer.episode import Episode
+from replay_buffer.episode import Episode, GroupId
 from replay_buffer.sampling import SamplingPolicy
 from replay_buffer.stats import BufferStats
 
@@ -49,13 +63,48 @@ def _endpoint(
     return cast("EndpointProperty[_P, _R]", concurrent_endpoint(method))
 
 
+@dataclasses.dataclass(frozen=True)
+class BufferSnapshot:
+    """The buffer at one instant: its `state_dict`, and the groups it holds as (group id, the
+    oldest policy version among the group's episodes), what a caller checks its own
+    bookkeeping against at a checkpoint."""
+
+    state: dict[str, Any]
+    groups: tuple[tuple[GroupId, int], ...]
+
+
+class _NoSpan:
+    def set(self, **args: Any) -> None:
+        """Arguments learned while the span ran (recorded by a subclass's `_traced`)."""
+
+
 class ReplayBufferActor(Actor):
-    """Serves one `ReplayBuffer`; each endpoint is the buffer method of the same name."""
+    """Serves one `ReplayBuffer`; each endpoint is the buffer method of the same name, plus
+    `snapshot` and `restore`."""
 
     def __init__(
         self, config: ReplayBufferConfig | None = None, policy: SamplingPolicy | None = None
     ) -> None:
+        self._config = config
+        # Untouched copy: `restore` starts every replacement buffer from the same policy.
+        self._policy = copy.deepcopy(policy)
         self._buffer = ReplayBuffer(config, policy=policy)
+        self.incarnation = f"{os.getpid()}-{id(self):x}"
+        """Tells this actor from the one a restart brings: what `put` answers with."""
+        self._waiting: set[asyncio.Task[Any]] = set()
+
+    # Hooks for a subclass that records what the buffer waits on; they do nothing here.
+
+    def _traced(
+        self, name: str, *, track: str, wait: bool = False, **args: Any
+    ) -> contextlib.AbstractContextManager[Any]:
+        """Wraps each wait for room, each put and each wait for a batch; what it yields gets
+        `.set(got=...)` when a wait ends."""
+        del name, track, wait, args
+        return contextlib.nullcontext(_NoSpan())
+
+    def _held(self, episodes: int) -> None:
+        """Called with the episodes held after each put and each wait for a batch."""
 
     @_endpoint
     async def add(self, episode: Episode) -> None:
@@ -66,13 +115,22 @@ class ReplayBufferActor(Actor):
         self._buffer.add_many(episodes)
 
     @_endpoint
-    async def put(self, episodes: list[Episode]) -> None:
-        """Returns once the episodes are added, after waiting for room if needed."""
-        await self._buffer.put(episodes)
+    async def put(self, episodes: list[Episode]) -> str:
+        """Returns once the episodes are added, after waiting for room if needed; answers
+        with the `incarnation` that holds them."""
+        n = len(episodes)
+        with self._cancellable():
+            with self._traced("wait_for_room", track="put", wait=True, episodes=n):
+                await self._buffer.wait_for_room(n)
+            with self._traced("put", track="put", episodes=n):
+                await self._buffer.put(episodes)  # at once, unless another took the room
+        self._held(len(self._buffer))
+        return self.incarnation
 
     @_endpoint
     async def wait_for_room(self, count: int = 1) -> None:
-        await self._buffer.wait_for_room(count)
+        with self._cancellable():
+            await self._buffer.wait_for_room(count)
 
     @_endpoint
     async def sample(self, curr_policy_version: int, batch_size: int) -> SampledBatch | None:
@@ -87,7 +145,12 @@ class ReplayBufferActor(Actor):
         timeout: float | None = None,  # noqa: ASYNC109
     ) -> SampledBatch | None:
         """Returns as soon as a batch can be formed, or None after `timeout` seconds."""
-        return await self._buffer.sample_wait(curr_policy_version, batch_size, timeout)
+        traced = self._traced("sample_wait", track="sample", wait=True, version=curr_policy_version)
+        with self._cancellable(), traced as span:
+            batch = await self._buffer.sample_wait(curr_policy_version, batch_size, timeout)
+            span.set(got=batch is not None)
+        self._held(len(self._buffer))
+        return batch
 
     @_endpoint
     async def stats(self) -> BufferStats:
@@ -100,3 +163,41 @@ class ReplayBufferActor(Actor):
     @_endpoint
     async def load_state_dict(self, state: dict[str, Any]) -> None:
         self._buffer.load_state_dict(state)
+
+    @_endpoint
+    async def snapshot(self) -> BufferSnapshot:
+        """The whole state and the groups held, taken atomically (no put or sample in
+        between)."""
+        state = self._buffer.state_dict()
+        groups = [
+            (eps[0]["group_id"], min(int(e["policy_version"]) for e in eps))
+            for eps in (item["episodes"] for item in state["items"])
+        ]
+        return BufferSnapshot(state, tuple(groups))
+
+    @_endpoint
+    async def restore(self, state: dict[str, Any] | None) -> None:
+        """Replaces the content with `state` (None: empty, as new), after cancelling every
+        put and wait still waiting: their callers were abandoned when the caller rolled back,
+        and one that woke later would add episodes to, or take them from, the restored
+        buffer. A bad `state` raises with the buffer unchanged."""
+        fresh = ReplayBuffer(self._config, policy=copy.deepcopy(self._policy))
+        if state is not None:
+            fresh.load_state_dict(state)
+        for task in self._waiting:
+            task.cancel()
+        self._waiting.clear()
+        self._buffer = fresh
+
+    @contextlib.contextmanager
+    def _cancellable(self) -> Iterator[None]:
+        """Registers the running endpoint's task while it may wait, so `restore` can cancel
+        it."""
+        task = asyncio.current_task()
+        if task is not None:
+            self._waiting.add(task)
+        try:
+            yield
+        finally:
+            if task is not None:
+                self._waiting.discard(task)

@@ -6,8 +6,8 @@
     result = await sandbox.arun("print(6 * 7)")
 
 The contract (`Environment`, `Task`, `Action`, `Observation`, `StepResult`, `EnvState`),
-the built-in environments, the sandbox and the data-side patterns (`Warmup`,
-`TaskMixture`, `Curriculum`) import no Monarch; the service and episode parts import it on
+the built-in environments, the sandbox and the data-side patterns (`TaskMixture`,
+`Curriculum`) import no Monarch; the service and episode parts import it on
 first use.
 """
 
@@ -31,7 +31,6 @@ from rl_envs.mixture import TaskMixture
 from rl_envs.registry import make, names, register
 from rl_envs.sandbox import ExecutionResult, Sandbox, SandboxLimits, SandboxUnavailableError
 from rl_envs.types import Action, EnvState, Observation, StepResult, Task
-from rl_envs.warmup import Warmup
 
 if TYPE_CHECKING:
     from rl_envs.episode import (
@@ -107,7 +106,6 @@ __all__ = [
     "TaskMixture",
     "TokenizedEpisode",
     "UnknownEnvironmentError",
-    "Warmup",
     "context_ids",
     "evaluate",
     "make",

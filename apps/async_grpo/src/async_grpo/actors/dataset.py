@@ -5,13 +5,12 @@ from __future__ import annotations
 from monarch.actor import Actor, endpoint
 
 from async_grpo import tracing
-from async_grpo.config import DataConfig
-from async_grpo.prompts import PromptStream
-from async_grpo.tasks import Sample
+from async_grpo.config.schema import DataConfig
+from async_grpo.tasks.prompts import PromptStream, Sample
 
 
 class DatasetActor(Actor):
-    """Prompt `i` of the run (`prompts.PromptStream`): a generated task's draw, or a sample of
+    """Prompt `i` of the run (`tasks.prompts.PromptStream`): a generated task's draw, or a sample of
     `samples` (a file or HF dataset) in a shuffled order, reshuffled each epoch. Holds no
     position of its own, so a restarted replica answers exactly as the one it replaces."""
 

@@ -1,6 +1,6 @@
 """The generator actor (one replica of the generator service): samples and takes new weights.
 
-The actor only holds an engine (`async_grpo.engines`: `hf` or `vllm`) and serves it. A
+The actor only holds an engine (`generation.engines`: `hf` or `vllm`) and serves it. A
 plain Monarch endpoint runs one message at a time, and both engines generate and load
 weights synchronously, so `update_weights` never lands in the middle of a `generate`: each
 batch runs on exactly one policy version, the one stamped on its completions.
@@ -18,15 +18,17 @@ import torch
 from monarch.actor import Actor, endpoint
 
 from async_grpo import tracing
-from async_grpo.config import GeneratorConfig, ModelConfig, SamplingConfig
-from async_grpo.engines import make_engine
-from async_grpo.engines.hf import HFEngine
-from async_grpo.sampling import Completion
-from async_grpo.weight_sync import WeightSync, WeightUpdate
+from async_grpo.actors._test_hang import maybe_hang
+from async_grpo.config.schema import GeneratorConfig, ModelConfig, SamplingConfig
+from async_grpo.generation.decoding import Completion
+from async_grpo.generation.engines import make_engine
+from async_grpo.generation.engines.hf import HFEngine
+from async_grpo.weight_sync.update import WeightSync, WeightUpdate
 
 
 class Generator(Actor):
-    """Starts `generator.engine` on the checkpoint in `model_path` and samples from it."""
+    """Starts `generator.engine` on the checkpoint in `model_path` and samples from it, on
+    `device` (`launch/devices.py` pinned this process to its GPUs)."""
 
     def __init__(
         self,
@@ -35,6 +37,8 @@ class Generator(Actor):
         sampling: SamplingConfig,
         seed: int,
         generator: GeneratorConfig | None = None,
+        *,
+        device: str = "auto",
     ) -> None:
         torch.set_num_threads(1)  # many small processes share the cores
         tracing.start_from_env("generator")
@@ -48,6 +52,7 @@ class Generator(Actor):
             kv_cache_gib=gen.kv_cache_gib,
             tensor_parallel=gen.tensor_parallel,
             kv_block_tokens=gen.kv_block_tokens,
+            device=device,
         )
 
     @endpoint
@@ -56,6 +61,7 @@ class Generator(Actor):
     ) -> list[list[Completion]]:
         """`sampling.group_size` completions per prompt, all from one version: `weights` or
         newer (pulled first if this replica is behind), or the current one without."""
+        maybe_hang("generator", "generate")
         await self._at_least(weights)
         with tracing.span("generate", prompts=len(prompts), version=self._engine.version) as s:
             groups = self._engine.generate(prompts, seed)

@@ -1,4 +1,5 @@
-"""The reference model actor: a frozen copy of the initial policy, for the KL term."""
+"""The reference model actor: a frozen copy of the initial policy, for the KL term, in the
+policy's dtype on the trainer's GPU when it has one."""
 
 from __future__ import annotations
 
@@ -7,18 +8,27 @@ from monarch.actor import Actor, endpoint
 from replay_buffer import Episode
 
 from async_grpo import tracing
-from async_grpo.batching import pack, sequence_logprobs
-from async_grpo.config import SamplingConfig
-from async_grpo.model import load_policy, load_tokenizer
+from async_grpo.config.schema import SamplingConfig
+from async_grpo.grpo.batching import pack, sequence_logprobs
+from async_grpo.model.policy import load_policy, load_tokenizer, torch_device, torch_dtype
 
 
 class ReferenceModel(Actor):
     """Per-token log-probs of responses under the initial weights (never updated)."""
 
-    def __init__(self, model_path: str, sampling: SamplingConfig) -> None:
+    def __init__(
+        self,
+        model_path: str,
+        sampling: SamplingConfig,
+        dtype: str = "float32",
+        device: str = "auto",
+    ) -> None:
         torch.set_num_threads(1)
         tracing.start_from_env("reference")
-        self._model = load_policy(model_path)
+        self._device = torch_device(device)
+        # In the policy's dtype, on the trainer's GPU (`launch/devices.py`): on a CPU, a
+        # 0.5B forward in float32 per step held every step for seconds.
+        self._model = load_policy(model_path, torch_dtype(dtype)).to(self._device)  # type: ignore[arg-type]
         tokenizer = load_tokenizer(model_path)
         self._vocab, self._pad = len(tokenizer), int(tokenizer.pad_token_id or 0)
         self._sampling = sampling
@@ -27,8 +37,9 @@ class ReferenceModel(Actor):
     async def logprobs(self, episodes: list[Episode]) -> torch.Tensor:
         """[B, T] the reference log-prob of every response token of `episodes`, laid out as
         `batching.pack` lays out the same episodes (0 on padding)."""
-        batch = pack(episodes, self._pad)
+        batch = pack(episodes, self._pad).to(self._device)
         with tracing.span("logprobs", episodes=len(episodes)), torch.no_grad():
-            return sequence_logprobs(
+            logprobs = sequence_logprobs(
                 self._model, batch, self._sampling.temperature, self._sampling.top_p, self._vocab
             )
+        return logprobs.float().cpu()

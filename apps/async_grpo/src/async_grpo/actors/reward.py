@@ -5,7 +5,7 @@ from __future__ import annotations
 from monarch.actor import Actor, endpoint
 
 from async_grpo import tracing
-from async_grpo.rewards import combined, parse_weights
+from async_grpo.tasks.rewards import combined, parse_weights
 
 
 class RewardActor(Actor):

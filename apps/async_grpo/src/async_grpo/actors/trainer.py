@@ -1,12 +1,12 @@
 """The trainer actor: one rank of the trainer, whether it has one process or several.
 
 With `trainer.procs == 1` the mesh holds one `Trainer` and weights go out through
-`rdma-tensor`; with more, every rank holds a shard of each weight (`sharding.py`) and
+`rdma-tensor`; with more, every rank holds a shard of each weight (`model/sharding.py`) and
 publishes its shards through `dtensor-reshard`. Everything else (the step, its guards, the
-version) is `training.TrainerCore`. Every endpoint is called on the whole mesh: `train_step`
+version) is `grpo.step.TrainerCore`. Every endpoint is called on the whole mesh: `train_step`
 and `full_weights` run collectives when sharded. A trainer given a checkpoint (`restore`)
 starts from its weights, optimizer state and version instead of the model's
-(`trainer_state`); `save` writes one in the background.
+(`checkpoint.trainer_state`); `save` writes one in the background.
 """
 
 from __future__ import annotations
@@ -24,13 +24,14 @@ from replay_buffer import Episode
 from torch import Tensor
 
 from async_grpo import tracing
-from async_grpo.config import SamplingConfig, TrainerConfig
-from async_grpo.grpo import LossStats
-from async_grpo.model import load_policy, load_tokenizer
-from async_grpo.sharding import shard_model
-from async_grpo.trainer_state import CheckpointWriter, load_trainer_state
-from async_grpo.training import TrainerCore
-from async_grpo.weight_sync import TrainerPublisher, WeightPart, WeightUpdate
+from async_grpo.actors._test_hang import maybe_hang
+from async_grpo.checkpoint.trainer_state import CheckpointWriter, load_trainer_state
+from async_grpo.config.schema import SamplingConfig, TrainerConfig
+from async_grpo.grpo.loss import LossStats
+from async_grpo.grpo.step import TrainerCore
+from async_grpo.model.policy import load_policy, load_tokenizer, torch_device
+from async_grpo.model.sharding import shard_model
+from async_grpo.weight_sync.update import TrainerPublisher, WeightPart, WeightUpdate
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,17 +72,18 @@ class Trainer(Actor):
         total_steps: int,
         *,
         restore: str | None = None,
+        device: str = "auto",
     ) -> None:
         torch.set_num_threads(1)
         torch.manual_seed(seed)
         model = load_policy(model_path, torch.float32)
         sharded = cfg.procs > 1
+        on = torch_device(device)
         if sharded:
-            rank, world = shard_model(model)
+            rank, world = shard_model(model, on)
         else:
             rank, world = 0, 1
-            if torch.cuda.is_available():
-                model.cuda()  # type: ignore[call-arg]
+            model.to(on)  # type: ignore[arg-type]
         tracing.start_from_env("trainer", index=rank)
         tokenizer = load_tokenizer(model_path)
         self._core = TrainerCore(
@@ -97,7 +99,7 @@ class Trainer(Actor):
         if restore is not None:
             load_trainer_state(self._core, Path(restore), sharded)
         self._publisher = TrainerPublisher(model, rank, sharded)
-        self._writer = CheckpointWriter(sharded)
+        self._writer = CheckpointWriter(sharded, gpu=on.type == "cuda")
         self._core.before_update = self._writer.staged
 
     @endpoint
@@ -114,6 +116,7 @@ class Trainer(Actor):
     @endpoint
     async def train_step(self, episodes: list[Episode], ref_logprobs: Tensor | None) -> TrainResult:
         """One step on this rank's share of the batch, then the new version staged."""
+        maybe_hang("trainer", "train_step")
         start = time.perf_counter()
         with tracing.span("train_step", version=self._core.version + 1, episodes=len(episodes)):
             step = self._core.step(episodes, ref_logprobs)

@@ -1,0 +1,1 @@
+"""The `async-grpo` command: a training run (`main`), `report` and `sweep`."""

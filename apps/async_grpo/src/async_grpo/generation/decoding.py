@@ -1,0 +1,161 @@
+"""Batched sampling with a KV cache, and the log-probs of the distribution actually sampled.
+
+One function, `masked_logits`, defines the sampling distribution (temperature, top-p, the
+tokenizer's vocabulary): the generator samples from it and records each token's log-prob;
+the trainer recomputes log-probs through the same function. At equal weights the two agree,
+so the importance ratio starts at exactly the value the math assumes (1 on-policy).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from torch import Tensor
+from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
+
+from async_grpo.config.schema import SamplingConfig
+from async_grpo.grpo.logprobs import masked_logits
+
+
+@dataclasses.dataclass(frozen=True)
+class Completion:
+    """One sampled response, as the generator hands it to the controller.
+
+    `prompt` is the prompt text as requested (before any chat template); `text` the decoded
+    response. `prompt_ids` [P] and `response_ids` [R] are token ids (the response includes
+    the EOS token when the model produced one); `behavior_logprobs` [R] are the natural-log
+    probabilities the sampling distribution gave each response token; `finished` is False
+    when generation hit `max_new_tokens` first; `policy_version` is the weight version that
+    produced it. Lists, not tensors: they cross a process boundary, and the controller turns
+    them into the buffer's `Episode` tensors once (`episodes.to_episodes`).
+    """
+
+    prompt: str
+    text: str
+    prompt_ids: list[int]
+    response_ids: list[int]
+    behavior_logprobs: list[float]
+    finished: bool
+    policy_version: int
+
+
+def chat_prompt(tokenizer: PreTrainedTokenizerBase, prompt: str) -> str:
+    """`prompt` as one user message, rendered by the tokenizer's chat template."""
+    messages = [{"role": "user", "content": prompt}]
+    return str(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+
+
+@torch.no_grad()
+def generate(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: list[str],
+    cfg: SamplingConfig,
+    policy_version: int,
+    *,
+    chat_template: bool = False,
+    generator: torch.Generator | None = None,
+) -> list[list[Completion]]:
+    """Samples `cfg.group_size` responses for each prompt in one batch (`sample`).
+
+    `chat_template`: each prompt is sent as one user message through the tokenizer's chat
+    template (the completions still record the prompt as given). Returns one list of
+    `group_size` completions per prompt, in prompt order.
+    """
+    texts = [chat_prompt(tokenizer, p) for p in prompts] if chat_template else prompts
+    encoded = [list(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
+    g = cfg.group_size
+    completions = sample(
+        model,
+        tokenizer,
+        [ids for ids in encoded for _ in range(g)],
+        cfg,
+        policy_version,
+        labels=[p for p in prompts for _ in range(g)],
+        generator=generator,
+    )
+    return [completions[k * g : (k + 1) * g] for k in range(len(prompts))]
+
+
+@torch.no_grad()
+def sample(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    rows: list[list[int]],
+    cfg: SamplingConfig,
+    policy_version: int,
+    *,
+    labels: list[str] | None = None,
+    generator: torch.Generator | None = None,
+) -> list[Completion]:
+    """One response for each row of token ids (a prompt, or a multi-turn context), all in
+    one batch with a KV cache; `labels` are the rows' prompts as text (for the record; ""
+    without).
+
+    Rows are left-padded so every row's next token sits in the last column; position ids
+    count only real tokens, so the trainer's right-padded recomputation sees the same
+    positions. Returns the completions in row order.
+    """
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    if eos is None or pad is None:
+        raise ValueError("the tokenizer needs an EOS and a pad token")
+    if not rows or not all(rows):
+        raise ValueError("sample needs at least one row, and no empty row")
+    vocab = len(tokenizer)
+    width = max(len(r) for r in rows)
+    device = next(model.parameters()).device
+    input_ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=device)
+    attention = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=device)
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)
+    n = len(rows)
+    cache = DynamicCache()
+    done = torch.zeros(n, dtype=torch.bool, device=device)
+    out_tokens: list[Tensor] = []
+    out_logprobs: list[Tensor] = []
+    step_ids, step_pos = input_ids, positions
+    for _ in range(cfg.max_new_tokens):
+        logits = model(
+            input_ids=step_ids,
+            attention_mask=attention,
+            position_ids=step_pos,
+            past_key_values=cache,
+            use_cache=True,
+        ).logits[:, -1, :]
+        dist = masked_logits(logits, cfg.temperature, cfg.top_p, vocab)
+        logp = torch.log_softmax(dist, dim=-1)
+        token = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
+        token = torch.where(done, torch.full_like(token, pad), token)
+        out_tokens.append(token)
+        out_logprobs.append(logp.gather(-1, token.unsqueeze(-1)).squeeze(-1))
+        done = done | (token == eos)
+        if bool(done.all()):
+            break
+        step_ids = token.unsqueeze(-1)
+        step_pos = step_pos[:, -1:] + 1
+        attention = torch.cat(
+            [attention, torch.ones(n, 1, dtype=attention.dtype, device=device)], dim=-1
+        )
+    tokens = torch.stack(out_tokens, dim=1).tolist()
+    logprobs = torch.stack(out_logprobs, dim=1).tolist()
+    completions: list[Completion] = []
+    for i, row in enumerate(rows):
+        length = len(tokens[i])
+        finished = eos in tokens[i]
+        if finished:
+            length = tokens[i].index(eos) + 1
+        response = tokens[i][:length]
+        completions.append(
+            Completion(
+                prompt=labels[i] if labels is not None else "",
+                # Other special tokens stay visible: a sampled <unk> or <pad> is a wrong word,
+                # not a silently dropped one.
+                text=str(tokenizer.decode(response[:-1] if finished else response)),
+                prompt_ids=list(row),
+                response_ids=response,
+                behavior_logprobs=logprobs[i][:length],
+                finished=finished,
+                policy_version=policy_version,
+            )
+        )
+    return completions

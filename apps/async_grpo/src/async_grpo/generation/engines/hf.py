@@ -1,0 +1,83 @@
+"""The `hf` engine: the policy as a `transformers` model, sampled by `decoding.generate`.
+
+The embedded default: nothing to install beyond the app, the same model class the trainer
+runs, and weights pulled straight into its parameters. Right for a CPU and for checking;
+on a GPU an inference engine (`engines.vllm`) keeps the device far busier.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from torch import Tensor
+
+from async_grpo.config.schema import ModelConfig, SamplingConfig
+from async_grpo.generation.decoding import Completion, generate, sample
+from async_grpo.model.policy import load_policy, load_tokenizer, torch_device, torch_dtype
+from async_grpo.weight_sync.update import WeightSync, WeightUpdate, pull
+
+
+class HFEngine:
+    """Loads the policy from `model_path` with `from_pretrained` onto `device` ("auto": CUDA
+    when this process sees a GPU)."""
+
+    def __init__(
+        self,
+        model_path: str,
+        model: ModelConfig,
+        sampling: SamplingConfig,
+        seed: int,
+        device: str = "auto",
+    ) -> None:
+        device_ = torch_device(device)
+        policy = load_policy(model_path, torch_dtype(model.dtype))
+        self._model = policy.to(device_)  # type: ignore[arg-type]
+        self._tokenizer = load_tokenizer(model_path)
+        self._sampling = sampling
+        self._chat = model.chat_template
+        self.version = 0
+        # Replicas get the same arguments; the pid keeps their samples independent.
+        self._rng = torch.Generator(device_).manual_seed(seed * 1_000_003 + os.getpid())
+
+    def generate(self, prompts: list[str], seed: int | None = None) -> list[list[Completion]]:
+        return generate(
+            self._model,
+            self._tokenizer,
+            prompts,
+            self._sampling,
+            self.version,
+            chat_template=self._chat,
+            generator=self._generator(seed),
+        )
+
+    def continue_turns(
+        self, contexts: list[list[int]], seed: int | None = None
+    ) -> list[Completion]:
+        return sample(
+            self._model,
+            self._tokenizer,
+            contexts,
+            self._sampling,
+            self.version,
+            generator=self._generator(seed),
+        )
+
+    def _generator(self, seed: int | None) -> torch.Generator:
+        """The request's own stream when it brings a seed (seeding costs ~1 us), else this
+        replica's."""
+        if seed is None:
+            return self._rng
+        return torch.Generator(self._rng.device).manual_seed(seed)
+
+    async def load_weights(self, update: WeightUpdate) -> WeightSync:
+        result = await pull(update, self._model)
+        self.version = result.version
+        return result
+
+    def weights(self) -> dict[str, Tensor]:
+        """The parameters by name, copied to CPU."""
+        return {n: p.detach().cpu().clone() for n, p in self._model.named_parameters()}
+
+    def close(self) -> None:
+        """Nothing to stop: the model lives in this process's memory."""

@@ -1,0 +1,124 @@
+"""From what was played to the buffer's episodes: rewards become group advantages.
+
+Pure: the controller calls `to_episodes` between the reward service and the replay buffer
+(one prompt, one response), `records_to_episodes` after a multi-turn play.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import torch
+from replay_buffer import Episode
+from rl_envs import tokenize_episode
+
+from async_grpo.config.schema import AdvantageScale
+from async_grpo.generation.decoding import Completion
+from async_grpo.generation.multiturn import (
+    Encode,
+    PlayedEpisode,
+    policy_version,
+    turn_ids,
+    turn_logprobs,
+)
+from async_grpo.grpo.advantages import group_advantages, turn_advantages
+
+
+def to_episodes(
+    groups: Sequence[Sequence[Completion]],
+    rewards: Sequence[float],
+    group_ids: Iterator[int],
+    *,
+    scale: AdvantageScale = "std",
+) -> list[Episode]:
+    """One `Episode` per completion, group by group. `groups` holds the completions of one
+    prompt each (all the same size); `rewards` is flat, in the same order; each group takes
+    the next id of `group_ids`."""
+    sizes = {len(g) for g in groups}
+    if len(sizes) != 1:
+        raise ValueError(f"every prompt needs the same number of completions, got {sorted(sizes)}")
+    (group_size,) = sizes
+    flat = [comp for group in groups for comp in group]
+    if len(rewards) != len(flat):
+        raise ValueError(f"{len(flat)} completions but {len(rewards)} rewards")
+    advantages = group_advantages(torch.tensor(rewards), group_size, scale=scale)
+    episodes: list[Episode] = []
+    for k, comp in enumerate(flat):
+        if k % group_size == 0:
+            group = next(group_ids)
+        episodes.append(
+            Episode(
+                prompt_ids=torch.tensor(comp.prompt_ids, dtype=torch.long),
+                response_ids=torch.tensor(comp.response_ids, dtype=torch.long),
+                behavior_logprobs=torch.tensor(comp.behavior_logprobs, dtype=torch.float32),
+                reward=rewards[k],
+                advantage=float(advantages[k]),
+                policy_version=comp.policy_version,
+                group_id=group,
+            )
+        )
+    return episodes
+
+
+def records_to_episodes(
+    groups: Sequence[Sequence[PlayedEpisode]],
+    group_ids: Iterator[int],
+    encode: Encode,
+    *,
+    scale: AdvantageScale = "std",
+    turn_discount: float | None = None,
+) -> tuple[list[Episode], int]:
+    """One `Episode` per multi-turn episode, and how many were dropped.
+
+    Each group holds the episodes of one task (all the same size). A group with a failed
+    episode is dropped whole (its advantages would compare episodes with a missing one);
+    the count returned includes all of its episodes. An episode's response is everything
+    after the environment's first observation, its `loss_mask` marks the policy's tokens
+    (the environment's are context), its behaviour log-probs are the sampled ones (0.0 at
+    environment tokens, never read), its reward is its return (the sum of its turns'
+    rewards) and its `policy_version` the oldest version that sampled a turn of it.
+    """
+    sizes = {len(g) for g in groups}
+    if len(sizes) > 1:
+        raise ValueError(f"every task needs the same number of episodes, got {sorted(sizes)}")
+    kept = [g for g in groups if all(r.ok for r in g)]
+    dropped = sum(len(g) for g in groups) - sum(len(g) for g in kept)
+    if not kept:
+        return [], dropped
+    returns = [r.reward for g in kept for r in g]
+    advantages = group_advantages(torch.tensor(returns), len(kept[0]), scale=scale)
+    episodes: list[Episode] = []
+    k = 0
+    for group in kept:
+        group_id = next(group_ids)
+        per_turn = (
+            turn_advantages([r.rewards for r in group], discount=turn_discount, scale=scale)
+            if turn_discount is not None
+            else None
+        )
+        for i, record in enumerate(group):
+            tok = tokenize_episode(
+                record, encode=encode, token_ids=turn_ids, logprobs=turn_logprobs
+            )
+            token_advantages = None
+            if per_turn is not None:
+                # Environment tokens (turn -1) are never trained: 0.0 there.
+                turn_adv = per_turn[i]
+                token_advantages = torch.tensor(
+                    [turn_adv[t] if t >= 0 else 0.0 for t in tok.turns], dtype=torch.float32
+                )
+            episodes.append(
+                Episode(
+                    prompt_ids=torch.tensor(tok.prompt_ids, dtype=torch.long),
+                    response_ids=torch.tensor(tok.response_ids, dtype=torch.long),
+                    behavior_logprobs=torch.tensor(tok.behavior_logprobs, dtype=torch.float32),
+                    reward=tok.reward,
+                    advantage=float(advantages[k]),
+                    policy_version=policy_version(record),
+                    group_id=group_id,
+                    loss_mask=torch.tensor(tok.policy_mask, dtype=torch.bool),
+                    token_advantages=token_advantages,
+                )
+            )
+            k += 1
+    return episodes, dropped

@@ -1,0 +1,123 @@
+"""Turning episodes into padded tensors, and recomputing their log-probs with a model.
+
+The trainer and the reference model both call `sequence_logprobs`; it goes through
+`logprobs.token_logprobs_and_entropy`, the same distribution the generator sampled from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import torch
+from replay_buffer import Episode
+from torch import Tensor
+from transformers import PreTrainedModel
+
+from async_grpo.grpo.logprobs import token_logprobs_and_entropy
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainBatch:
+    """B episodes as right-padded tensors.
+
+    `input_ids` [B, L] prompt then response then padding (L = longest prompt+response);
+    `attention_mask` [B, L] 1 on real tokens; `response_start` [B] index of each row's first
+    response token; `response_mask` [B, T] (T = longest response) 1.0 on the response
+    tokens the policy produced (`Episode.loss_mask`; all real response tokens without one),
+    0.0 on environment tokens and padding; `behavior_logprobs` [B, T] the generator's
+    log-probs of those tokens (0 on padding); `ref_logprobs` [B, T] the reference model's,
+    or None when KL is off; `advantages` [B] one per episode, or [B, T] one per response token
+    when an episode of the batch carries `token_advantages` (the others' broadcast).
+    """
+
+    input_ids: Tensor
+    attention_mask: Tensor
+    response_start: Tensor
+    response_mask: Tensor
+    behavior_logprobs: Tensor
+    ref_logprobs: Tensor | None
+    advantages: Tensor
+
+    def to(self, device: torch.device) -> TrainBatch:
+        """The same batch on `device` (a no-op where it already is)."""
+        ref = self.ref_logprobs.to(device) if self.ref_logprobs is not None else None
+        return TrainBatch(
+            input_ids=self.input_ids.to(device),
+            attention_mask=self.attention_mask.to(device),
+            response_start=self.response_start.to(device),
+            response_mask=self.response_mask.to(device),
+            behavior_logprobs=self.behavior_logprobs.to(device),
+            ref_logprobs=ref,
+            advantages=self.advantages.to(device),
+        )
+
+
+def pack(
+    episodes: Sequence[Episode], pad_id: int, ref_logprobs: Tensor | None = None
+) -> TrainBatch:
+    """Pads `episodes` into a `TrainBatch`; `ref_logprobs` [B, T] (as `sequence_logprobs`
+    returns them for the same episodes) is carried along when given."""
+    if not episodes:
+        raise ValueError("pack: no episodes")
+    seq_len = max(e.num_tokens for e in episodes)
+    resp_len = max(len(e.response_ids) for e in episodes)
+    b = len(episodes)
+    if ref_logprobs is not None and tuple(ref_logprobs.shape) != (b, resp_len):
+        raise ValueError(
+            f"ref_logprobs must be [{b}, {resp_len}] for these episodes, "
+            f"got {list(ref_logprobs.shape)}"
+        )
+    input_ids = torch.full((b, seq_len), pad_id, dtype=torch.long)
+    attention = torch.zeros((b, seq_len), dtype=torch.long)
+    mask = torch.zeros((b, resp_len))
+    behavior = torch.zeros((b, resp_len))
+    per_token = any(e.token_advantages is not None for e in episodes)
+    advantages = torch.zeros((b, resp_len)) if per_token else torch.zeros(b)
+    for i, e in enumerate(episodes):
+        p, n = len(e.prompt_ids), len(e.response_ids)
+        input_ids[i, :p] = e.prompt_ids
+        input_ids[i, p : p + n] = e.response_ids
+        attention[i, : p + n] = 1
+        # Environment tokens of a multi-turn response are context, not the policy's actions.
+        mask[i, :n] = 1.0 if e.loss_mask is None else e.loss_mask.float()
+        behavior[i, :n] = e.behavior_logprobs
+        if not per_token:
+            advantages[i] = e.advantage
+        elif e.token_advantages is None:
+            advantages[i, :n] = e.advantage
+        else:
+            advantages[i, :n] = e.token_advantages
+    return TrainBatch(
+        input_ids=input_ids,
+        attention_mask=attention,
+        response_start=torch.tensor([len(e.prompt_ids) for e in episodes]),
+        response_mask=mask,
+        behavior_logprobs=behavior,
+        ref_logprobs=ref_logprobs,
+        advantages=advantages,
+    )
+
+
+def sequence_logprobs(
+    model: PreTrainedModel, batch: TrainBatch, temperature: float, top_p: float, vocab_size: int
+) -> Tensor:
+    """[B, T] log-probs of each response token under `model`'s sampling distribution
+    (0 on padding). Carries gradient when called outside `torch.no_grad`."""
+    return sequence_logprobs_and_entropy(model, batch, temperature, top_p, vocab_size)[0]
+
+
+def sequence_logprobs_and_entropy(
+    model: PreTrainedModel, batch: TrainBatch, temperature: float, top_p: float, vocab_size: int
+) -> tuple[Tensor, Tensor]:
+    """`sequence_logprobs`, and [B, T] the sampling distribution's entropy at each response
+    position (0 on padding); both carry gradient outside `torch.no_grad`."""
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    t = batch.response_mask.shape[1]
+    # Row i's response token j sits at response_start[i] + j and is predicted one step before.
+    idx = batch.response_start.unsqueeze(1) + torch.arange(t, device=logits.device).unsqueeze(0)
+    idx = idx.clamp(max=batch.input_ids.shape[1] - 1)
+    pred = logits.gather(1, (idx - 1).unsqueeze(-1).expand(-1, -1, logits.shape[-1]))
+    tokens = batch.input_ids.gather(1, idx)
+    lp, entropy = token_logprobs_and_entropy(pred, tokens, temperature, top_p, vocab_size)
+    return lp * batch.response_mask, entropy * batch.response_mask

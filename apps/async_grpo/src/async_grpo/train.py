@@ -1,0 +1,118 @@
+"""`run(cfg)`: one training run from Python, as the command line, the sweep, the tests and the
+benchmarks start it.
+
+    from async_grpo.config.presets import tiny
+    from async_grpo.train import run
+
+    summary = asyncio.run(run(tiny(), quiet=True))
+    print(summary.reward_end, summary.metrics.evals[-1].reward)
+
+It checks and prepares the config (`launch.prepare`) unless given what was prepared, clears
+or refuses the output directory, writes `<out_dir>/config.json`, records every process's
+spans with `cfg.trace`, runs the job (`controller.job.run_job`) and returns its summary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+from tqdm import tqdm  # type: ignore[import-untyped]
+
+from async_grpo import tracing
+from async_grpo.actors.trainer import TrainResult
+from async_grpo.checkpoint.resume import start_fresh
+from async_grpo.config.schema import RunConfig
+from async_grpo.controller.context import StopRequest
+from async_grpo.controller.cut import Cut
+from async_grpo.controller.job import Spawn, StepCallback, run_job
+from async_grpo.launch.prepare import Prepared, prepare
+from async_grpo.launch.spawn import spawn_components
+from async_grpo.observability.console import Reporter, Summary
+from async_grpo.observability.metrics import RunMetrics, StepRow
+from async_grpo.observability.sink import MetricsSink
+
+
+async def run(
+    cfg: RunConfig,
+    prep: Prepared | None = None,
+    *,
+    resume: Cut | None = None,
+    quiet: bool = False,
+    on_step: StepCallback | None = None,
+    log: Callable[[str], None] = tqdm.write,
+    spawn: Spawn = spawn_components,
+) -> Summary:
+    """Trains with `cfg` (from `resume` when given) and returns the summary, the run's
+    metrics with it. `prep`: what `launch.prepare.prepare(cfg)` returned (prepared here when
+    None). `quiet`: no progress bar or report lines; `log` still gets the one-line events (a
+    replica died, a checkpoint was written). `on_step` is called after every train step;
+    `spawn` starts the processes (a test's keeps their handles).
+
+    Without `resume`, `checkpoint.resume.start_fresh` clears `out_dir` first: the
+    checkpoints of a finished run there are deleted, those of a run that did not finish are
+    refused (`ConfigError`, nothing written). The first Ctrl-C or SIGTERM ends the run after
+    its current step, with a checkpoint; a second Ctrl-C stops at once."""
+    prep = prep if prep is not None else prepare(cfg)
+    out_dir = Path(cfg.out_dir)
+    # Before anything is written there: a run that did not finish is refused, a finished
+    # one's checkpoints go.
+    if resume is None and (replaced := start_fresh(out_dir)):
+        log(f"[a new run in {out_dir}: the finished run's checkpoints removed ({len(replaced)})]")
+    sink = MetricsSink(out_dir)
+    (out_dir / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), default=str))
+    metrics = RunMetrics(cfg.window)
+    reporter = Reporter(cfg, metrics, quiet)
+
+    def step_done(row: StepRow, result: TrainResult) -> None:
+        reporter.on_step(row, result)
+        if on_step is not None:
+            on_step(row, result)
+
+    stop = StopRequest()
+    restore = _stop_on_signals(stop, reporter.quiet)
+    try:
+        with tracing.session(out_dir, enabled=cfg.trace):
+            await run_job(
+                cfg, prep, sink, step_done, metrics, log=log, resume=resume, stop=stop, spawn=spawn
+            )
+    finally:
+        restore()
+        sink.close()
+    return reporter.summary(stop.signal)
+
+
+def _stop_on_signals(stop: StopRequest, quiet: bool) -> Callable[[], None]:
+    """SIGINT / SIGTERM ask the run to stop after its step (a second SIGINT cancels it
+    outright); returns what puts the previous handling back."""
+    loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+    signals = (signal.SIGINT, signal.SIGTERM)
+
+    def on_signal(signum: int) -> None:
+        if stop.signal is not None:
+            if main is not None:
+                main.cancel()  # the second one: stop at once, without a checkpoint
+            return
+        stop.request(signum)
+        if not quiet:
+            tqdm.write(
+                f"[{signal.Signals(signum).name}: ending after this step with a checkpoint; "
+                "Ctrl-C again to stop at once]"
+            )
+
+    try:
+        for sig in signals:
+            loop.add_signal_handler(sig, on_signal, sig)
+    except (NotImplementedError, RuntimeError):  # not the main thread: no signals here
+        return lambda: None
+
+    def restore() -> None:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+
+    return restore

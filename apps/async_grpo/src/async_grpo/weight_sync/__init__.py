@@ -1,0 +1,3 @@
+"""Weight versions from the trainer to the generators: staged by the trainer
+(`TrainerPublisher`), pulled by each generator (`pull`).
+"""

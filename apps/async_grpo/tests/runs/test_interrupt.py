@@ -1,0 +1,81 @@
+"""Ctrl-C (SIGINT) on `async-grpo` stops every process the app started, after a checkpoint."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from async_grpo.checkpoint import disk
+from async_grpo.checkpoint.disk import verify
+
+pytestmark = pytest.mark.slow  # a whole run (or a whole set of processes)
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below `pid`, from /proc (Linux)."""
+    parent: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parent[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found: set[int] = set()
+    frontier = {pid}
+    while frontier:
+        frontier = {p for p, pp in parent.items() if pp in frontier} - found
+        found |= frontier
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_sigint_stops_every_process(tmp_path: Path) -> None:
+    # A test runner started in the background (`cmd &`) ignores SIGINT, and an ignored signal
+    # stays ignored in its children: the run gets Python's Ctrl-C handler back first.
+    restore = (
+        "import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "runpy.run_module('async_grpo.cli', run_name='__main__', alter_sys=True)"
+    )
+    cmd = [sys.executable, "-c", restore, "--preset", "tiny", "--steps", "100000"]
+    proc = subprocess.Popen(
+        [*cmd, "--log_every", "1", "--out_dir", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 240
+        for line in proc.stdout:
+            if line.startswith("step"):
+                break
+            assert time.monotonic() < deadline, "no train step within 240 s"
+        children = descendants(proc.pid)
+        assert len(children) >= 5  # dataset, buffer, trainer, 2 generators, reward, ...
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 130, out[-2000:]
+        assert "interrupted; every process was stopped" in out
+        deadline = time.monotonic() + 30
+        while any(alive(p) for p in children) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not [p for p in children if alive(p)]
+        # The step it stopped after is checkpointed, whole (`--resume` would continue it).
+        newest = disk.complete(tmp_path)[-1]
+        verify(newest)
+        assert "--resume" in out
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
