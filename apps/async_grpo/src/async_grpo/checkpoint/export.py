@@ -100,13 +100,23 @@ def find_checkpoint(target: Path) -> Path:
                     f"{disk.checkpoints_dir(run)} holds no complete checkpoint (a run writes one "
                     "every --checkpoint.every steps, at its end and on Ctrl-C)"
                 )
-            raise ExportError(
-                f"{target} is not a run directory or a checkpoint (no {disk.MANIFEST}, no "
-                f"{disk.checkpoints_dir(Path()).name}/ directory)"
-            )
+            raise ExportError(f"{target} is not a run directory or a checkpoint ({_what(run)})")
         path = found[-1]
     disk.verify(path)
     return path
+
+
+def _what(path: Path) -> str:
+    """What a directory that holds no checkpoint is, for the error."""
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError):
+        config = None
+    if isinstance(config, dict) and "trainer" in config:
+        return "a run's output directory that holds no checkpoint yet"
+    if isinstance(config, dict):
+        return "a model directory already: `async-grpo eval` and transformers read it as it is"
+    return f"no {disk.MANIFEST}, no {disk.checkpoints_dir(Path()).name}/ directory"
 
 
 def base_model(checkpoint: Path, cfg: RunConfig) -> str:
@@ -218,7 +228,12 @@ def write_model(policy: Policy, out: Path) -> Path:
             "version": policy.version,
             "config": dataclasses.asdict(policy.config),
         }
-        (partial / EXPORT_FILE).write_text(json.dumps(info, indent=1, default=str) + "\n")
+        record = partial / EXPORT_FILE
+        record.write_text(json.dumps(info, indent=1, default=str) + "\n")
+        # save_pretrained writes the weights owner-only (a temporary file renamed); an export
+        # is for others to load, so every file gets the mode the umask gives a new file.
+        for file in partial.iterdir():
+            file.chmod(record.stat().st_mode & 0o777)
         if out.exists():
             old = out.parent / f".{out.name}.old-{os.urandom(4).hex()}"
             out.rename(old)
