@@ -8,7 +8,7 @@ architecture or tokenizer: those are the run's base model, the `model.path` its 
 (a directory or a cached hub id, `model/locate.py`) or the random checkpoint the run built in
 its output directory (`model.policy.built_checkpoint`). The policy at the checkpoint's
 version is that base model with the checkpoint's weights loaded the way the trainer loads
-them (`trainer_state.load_trainer_weights`), whatever number of ranks wrote them.
+them (`load_weights`), whatever number of ranks wrote them.
 
 An export is written with `save_pretrained` (safetensors, the model config in float32, the
 trainer's dtype) beside the base model's tokenizer, a generation config holding the run's
@@ -27,12 +27,12 @@ import shutil
 from pathlib import Path
 
 import torch
+from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
+from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 from async_grpo.checkpoint import disk
-from async_grpo.checkpoint.codec import CheckpointError
 from async_grpo.checkpoint.resume import config_from, saved_config
-from async_grpo.checkpoint.trainer_state import load_trainer_weights
 from async_grpo.config.schema import RunConfig, SamplingConfig
 from async_grpo.model.locate import ModelNotFound, locate_model
 from async_grpo.model.policy import built_checkpoint, load_policy, load_tokenizer
@@ -140,26 +140,29 @@ def base_model(checkpoint: Path, cfg: RunConfig) -> str:
         raise ExportError(f"the run's base model (model.path {m.path!r}): {e}") from None
 
 
+def load_weights(model: torch.nn.Module, trainer_dir: Path) -> None:
+    """Replaces `model`'s weights (one unsharded process) with those of the trainer's
+    distributed checkpoint `trainer_dir`, written by any number of ranks: the model's part
+    of what `trainer_state.load_trainer_state` loads, the optimizer's state left on disk."""
+    state = {"model": get_model_state_dict(model)}
+    dcp_load(state, checkpoint_id=str(trainer_dir), no_dist=True)
+    set_model_state_dict(model, state["model"])
+
+
 def load_checkpoint(checkpoint: Path) -> Policy:
     """The policy of `checkpoint` (checked by `find_checkpoint`) in this process."""
     cfg = saved_config(checkpoint)
-    manifest = disk.read_manifest(checkpoint)
     base = base_model(checkpoint, cfg)
     model = load_policy(base, torch.float32)
     try:
-        version = load_trainer_weights(model, checkpoint / disk.TRAINER_DIR)
+        load_weights(model, checkpoint / disk.TRAINER_DIR)
     except (RuntimeError, ValueError) as e:  # DCP reports a shape or name that does not fit
         first = str(e).strip().splitlines()
         raise ExportError(
             f"the weights in {checkpoint} do not fit the base model {base}: "
             f"{first[0] if first else type(e).__name__}"
         ) from None
-    if version != manifest.version:
-        raise CheckpointError(
-            f"{checkpoint}: its trainer state is of version {version}, its manifest says "
-            f"{manifest.version}"
-        )
-    return Policy(model, base, cfg, version, checkpoint)
+    return Policy(model, base, cfg, disk.read_manifest(checkpoint).version, checkpoint)
 
 
 def read_export_info(path: Path) -> ExportInfo | None:

@@ -23,15 +23,9 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
-from torch.distributed.checkpoint.state_dict import (
-    get_model_state_dict,
-    get_state_dict,
-    set_model_state_dict,
-    set_state_dict,
-)
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import AsyncSaveResponse, async_save
 
@@ -61,17 +55,6 @@ def load_trainer_state(core: TrainerCore, path: Path, sharded: bool) -> None:
         optim_state_dict=state["optim"],
     )
     core.version = int(state["trainer"]["version"])
-
-
-def load_trainer_weights(model: torch.nn.Module, path: Path) -> int:
-    """Replaces `model`'s weights (one unsharded process) with the trainer's saved in `path`
-    (written by any number of ranks), the way `load_trainer_state` loads them, without the
-    optimizer state; returns the version they are of. `model` is the run's base model: the
-    names and shapes the trainer trained."""
-    state: dict[str, Any] = {"model": get_model_state_dict(model), "trainer": {"version": -1}}
-    dcp_load(state, checkpoint_id=str(path), no_dist=True)
-    set_model_state_dict(model, state["model"])
-    return int(state["trainer"]["version"])
 
 
 class CheckpointWriter:
