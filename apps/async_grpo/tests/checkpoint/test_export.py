@@ -178,3 +178,10 @@ def test_a_missing_base_model_is_refused(
     finally:
         moved.rename(tiny_checkpoint)
     assert f"the run's base model (model.path '{tiny_checkpoint}')" in err
+
+
+def test_help_says_how_to_load_the_result(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["export", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "RUN_DIR_OR_CHECKPOINT OUT_DIR [--force]" in out
+    assert "AutoModelForCausalLM.from_pretrained" in out

@@ -184,3 +184,10 @@ def test_bad_checkpoints_are_refused(
     assert "(truncated)" in refused([str(run)], tmp_path, capsys)
     shutil.rmtree(checkpoint)
     assert "holds no complete checkpoint" in refused([str(run)], tmp_path, capsys)
+
+
+def test_help_lists_the_options(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["eval", "--help"]) == 0
+    out = capsys.readouterr().out
+    for option in ("--samples K", "--greedy", "--correct_at R", "--json PATH", "pass@k"):
+        assert option in out

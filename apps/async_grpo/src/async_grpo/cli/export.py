@@ -15,11 +15,11 @@ its version and the run's config). Load it with `transformers`:
     from transformers import AutoModelForCausalLM
     model = AutoModelForCausalLM.from_pretrained("exported/tiny")
 
-or serve it with vLLM (`vllm serve exported/tiny`), and score it with `async-grpo eval
-exported/tiny`. A checkpoint that is incomplete or damaged, a path that is neither a run
-nor a checkpoint, and an OUT_DIR that exists and is not empty (without `--force`) are
-one-line errors (exit status 2) and nothing is written: the export is written beside
-OUT_DIR and renamed into place at the end.
+load it in vLLM (`vllm.LLM("exported/tiny")`), score it with `async-grpo eval
+exported/tiny`, or train on from it (`async-grpo --model exported/tiny`). A checkpoint that
+is incomplete or damaged, a path that is neither a run nor a checkpoint, and an OUT_DIR
+that exists and is not empty (without `--force`) are one-line errors (exit status 2) and
+nothing is written: the export is written beside OUT_DIR and renamed into place at the end.
 """
 
 from __future__ import annotations
