@@ -9,6 +9,7 @@ whole runs wrote: `tests/runs/test_export_eval.py`, `tests/runs/test_export_shar
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import stat
@@ -21,9 +22,10 @@ from async_grpo.checkpoint.export import EXPORT_FILE, export, read_export_info
 from async_grpo.checkpoint.trainer_state import load_trainer_state
 from async_grpo.cli.main import main
 from async_grpo.config.args import apply_overrides
-from async_grpo.config.presets import tiny
+from async_grpo.config.presets import TINY_ARCH, tiny
 from async_grpo.grpo.step import TrainerCore
-from async_grpo.model.policy import load_policy
+from async_grpo.model.policy import load_policy, write_random_checkpoint
+from async_grpo.tasks.prompts import corpus_for
 from made_checkpoints import make_checkpoint, tree
 from transformers import AutoModelForCausalLM
 
@@ -185,3 +187,19 @@ def test_help_says_how_to_load_the_result(capsys: pytest.CaptureFixture[str]) ->
     out = capsys.readouterr().out
     assert "RUN_DIR_OR_CHECKPOINT OUT_DIR [--force]" in out
     assert "AutoModelForCausalLM.from_pretrained" in out
+
+
+def test_a_base_model_the_weights_do_not_fit_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    corpus = corpus_for("count", 1, 6)
+    base = write_random_checkpoint(tmp_path / "base", TINY_ARCH, corpus, seed=0)
+    cfg = apply_overrides(tiny(), {"model.path": str(base), "out_dir": str(tmp_path / "run")})
+    make_checkpoint(cfg, 2)
+    shutil.rmtree(base)  # replaced by a model of another width
+    write_random_checkpoint(base, dataclasses.replace(TINY_ARCH, hidden_size=64), corpus, seed=0)
+    err = refused([str(tmp_path / "run"), str(tmp_path / "out")], tmp_path, capsys)
+    assert "do not fit the base model" in err
+    assert (
+        "Size mismatch between saved torch.Size([12, 128]) and current: torch.Size([12, 64])" in err
+    )

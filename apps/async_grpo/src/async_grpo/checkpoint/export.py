@@ -10,8 +10,8 @@ its output directory (`model.policy.built_checkpoint`). The policy at the checkp
 version is that base model with the checkpoint's weights loaded the way the trainer loads
 them (`load_weights`), whatever number of ranks wrote them.
 
-An export is written with `save_pretrained` (safetensors, the model config in float32, the
-trainer's dtype) beside the base model's tokenizer, a generation config holding the run's
+An export is written with `save_pretrained` (safetensors weights in float32, the trainer's
+dtype; the base model's config) beside its tokenizer, a generation config holding the run's
 sampling distribution and `async_grpo.json` (which checkpoint and version, and the run's
 config, so `async-grpo eval` of the export defaults to the run's task and settings). It is
 written into a hidden directory beside `out` and renamed at the end: `out` is whole or not
@@ -27,6 +27,7 @@ import shutil
 from pathlib import Path
 
 import torch
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
@@ -156,11 +157,11 @@ def load_checkpoint(checkpoint: Path) -> Policy:
     model = load_policy(base, torch.float32)
     try:
         load_weights(model, checkpoint / disk.TRAINER_DIR)
-    except (RuntimeError, ValueError) as e:  # DCP reports a shape or name that does not fit
-        first = str(e).strip().splitlines()
+    except CheckpointException as e:  # a shape or name that does not fit, per rank
+        why = next((str(f[0]) for f in e.failures.values()), str(e)).strip().splitlines()
         raise ExportError(
             f"the weights in {checkpoint} do not fit the base model {base}: "
-            f"{first[0] if first else type(e).__name__}"
+            f"{why[0] if why else 'DCP refused them'}"
         ) from None
     return Policy(model, base, cfg, disk.read_manifest(checkpoint).version, checkpoint)
 
