@@ -162,6 +162,8 @@ def test_bad_input_is_one_line_and_writes_nothing(
         ([model, "--preset", "huge"], "--preset: unknown preset 'huge'"),
         ([model, "stray"], "unexpected argument 'stray'"),
     ]
+    if not torch.cuda.is_available():
+        cases.append(([model, "--device", "cuda"], "device cuda: torch sees no GPU here"))
     for args, message in cases:
         given = args if "--json" in args else [*args, "--json", json_out]
         assert message in refused(given, tmp_path, capsys), args
@@ -179,6 +181,13 @@ def test_bad_checkpoints_are_refused(
     make_checkpoint(env_cfg, 2)
     err = refused([str(tmp_path / "env-run")], tmp_path, capsys)
     assert "the run trained on environments (env.tasks 'repeat')" in err
+    # Given a task (even the default one), it scores that.
+    numbers = evaluated(
+        [str(tmp_path / "env-run"), "--data.task", "count", "--samples", "2"], tmp_path / "e"
+    )
+    assert len(numbers["rows"]) == 6
+    (tmp_path / "e").unlink()
+    capsys.readouterr()
     weights = next((checkpoint / disk.TRAINER_DIR).glob("*.distcp"))
     weights.write_bytes(weights.read_bytes()[:-10])
     assert "(truncated)" in refused([str(run)], tmp_path, capsys)

@@ -11,6 +11,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from async_grpo.checkpoint.disk import read_manifest
 from async_grpo.checkpoint.export import find_checkpoint, is_run_output, read_export_info
 from async_grpo.checkpoint.resume import saved_config
@@ -118,7 +120,13 @@ def parse_args(argv: Sequence[str]) -> EvalOptions:
     cfg = parse(rest, base)
     for key in config_keys(cfg):
         if _get(cfg, key) != _get(base, key) and not key.startswith(EVAL_KEYS):
-            raise ConfigError(f"{key}: eval does not use it; it reads {', '.join(EVAL_KEYS)}")
+            reads = ", ".join(k + "*" if k.endswith(".") else k for k in EVAL_KEYS)
+            raise ConfigError(f"{key}: eval does not use it; it reads {reads}")
+    if cfg.env.tasks and not any(a.startswith("--data.") for a in rest):
+        raise ConfigError(
+            f"the run trained on environments (env.tasks {cfg.env.tasks!r}); eval scores "
+            "prompts: give --data.task or --data.path"
+        )
     options = EvalOptions(
         target=target,
         cfg=cfg,
@@ -164,13 +172,8 @@ def check(o: EvalOptions) -> None:
         raise ConfigError("--greedy gives one answer per prompt; --samples K > 1 needs sampling")
     if d.path and d.hf_name:
         raise ConfigError("data.path and data.hf_name are both set; give one dataset")
-    if o.cfg.env.tasks and not (d.path or d.hf_name) and o.target.config is not None:
-        given = o.cfg.data != o.target.config.data
-        if not given:
-            raise ConfigError(
-                f"the run trained on environments (env.tasks {o.cfg.env.tasks!r}); eval "
-                "scores prompts: give --data.task or --data.path"
-            )
+    if o.cfg.device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device cuda: torch sees no GPU here; give --device cpu or auto")
     try:
         parse_weights(o.cfg.reward.fns)
     except ValueError as e:
