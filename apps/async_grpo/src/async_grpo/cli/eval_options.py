@@ -1,5 +1,7 @@
 """`async-grpo eval`'s command line: what to evaluate (`find_target`) and how
-(`parse_args`), read and checked whole before anything is loaded (`cli/evaluate.py`)."""
+(`parse_args`), read and checked whole before anything is loaded (`cli/evaluate.py`). The
+parts that look at nothing on disk (`split_args`, `read_config`, `eval_options`) also check
+the commands the docs quote (`tests/test_doc_commands.py`)."""
 
 from __future__ import annotations
 
@@ -87,6 +89,18 @@ def find_target(raw: str) -> Target:
     return Target(model_dir, None, info.version, info.config)
 
 
+@dataclasses.dataclass(frozen=True)
+class Flags:
+    """`eval`'s own options, as given (None: not given)."""
+
+    samples: int | None
+    greedy: bool
+    correct_at: float | None
+    json_path: Path | None
+    batch_prompts: int | None
+    preset: str | None
+
+
 def _flag(
     argv: list[str], flag: str, convert: Callable[[str], Any], rule: str, bare: str | None = None
 ) -> Any:
@@ -100,23 +114,28 @@ def _flag(
         raise ConfigError(f"{flag}: expected {rule}, got {value!r}") from None
 
 
-def parse_args(argv: Sequence[str]) -> EvalOptions:
-    """The command line read and checked whole; `ConfigError` names the first problem."""
+def split_args(argv: Sequence[str]) -> tuple[str, Flags, list[str]]:
+    """The command line taken apart without looking at the disk: the model, `eval`'s own
+    options, and the config options (`--section.field value`)."""
     if not argv or argv[0].startswith("-"):
         raise ConfigError("give the model first: async-grpo eval MODEL_DIR_OR_CHECKPOINT [...]")
     rest = list(argv[1:])
-    samples = _flag(rest, "--samples", int, "an integer >= 1")
-    greedy = bool(_flag(rest, "--greedy", _true_false, "true or false", bare="true"))
-    correct_at = _flag(rest, "--correct_at", float, "a number")
-    json_raw = _flag(rest, "--json", str, "a file path")
-    batch = _flag(rest, "--batch_prompts", int, "an integer >= 1")
-    preset = _flag(rest, "--preset", str, "a preset name")
-    target = find_target(argv[0])
-    if target.config is not None and preset is not None:
-        raise ConfigError("--preset: the run's config gives the defaults of a run's model")
-    if preset is not None and preset not in PRESETS:
-        raise ConfigError(f"--preset: unknown preset {preset!r}; known: {sorted(PRESETS)}")
-    base = target.config or PRESETS[preset or DEFAULT_PRESET]()
+    flags = Flags(
+        samples=_flag(rest, "--samples", int, "an integer >= 1"),
+        greedy=bool(_flag(rest, "--greedy", _true_false, "true or false", bare="true")),
+        correct_at=_flag(rest, "--correct_at", float, "a number"),
+        json_path=_flag(rest, "--json", Path, "a file path"),
+        batch_prompts=_flag(rest, "--batch_prompts", int, "an integer >= 1"),
+        preset=_flag(rest, "--preset", str, "a preset name"),
+    )
+    if flags.preset is not None and flags.preset not in PRESETS:
+        raise ConfigError(f"--preset: unknown preset {flags.preset!r}; known: {sorted(PRESETS)}")
+    return argv[0], flags, rest
+
+
+def read_config(rest: list[str], base: RunConfig) -> RunConfig:
+    """`base` (the run's config, or a preset's) with the config options `rest` applied;
+    refuses a key `eval` does not read, and a run on environments without a task given."""
     cfg = parse(rest, base)
     for key in config_keys(cfg):
         if _get(cfg, key) != _get(base, key) and not key.startswith(EVAL_KEYS):
@@ -127,18 +146,44 @@ def parse_args(argv: Sequence[str]) -> EvalOptions:
             f"the run trained on environments (env.tasks {cfg.env.tasks!r}); eval scores "
             "prompts: give --data.task or --data.path"
         )
+    return cfg
+
+
+def eval_options(target: Target, flags: Flags, cfg: RunConfig, rest: list[str]) -> EvalOptions:
+    """The options of one evaluation, their ranges checked (`check`)."""
+    samples = flags.samples
+    if samples is None:
+        samples = 1 if flags.greedy else cfg.sampling.group_size
     options = EvalOptions(
         target=target,
         cfg=cfg,
-        samples=samples if samples is not None else (1 if greedy else cfg.sampling.group_size),
-        greedy=greedy,
-        correct_at=1.0 if correct_at is None else correct_at,
-        json_path=Path(json_raw) if json_raw is not None else None,
-        batch_prompts=64 if batch is None else batch,
+        samples=samples,
+        greedy=flags.greedy,
+        correct_at=1.0 if flags.correct_at is None else flags.correct_at,
+        json_path=flags.json_path,
+        batch_prompts=64 if flags.batch_prompts is None else flags.batch_prompts,
         whole_dataset=any(a.startswith(("--data.path", "--data.hf_name")) for a in rest)
         and not any(a.startswith("--eval_prompts") for a in rest),
     )
     check(options)
+    return options
+
+
+def parse_args(argv: Sequence[str]) -> EvalOptions:
+    """The command line read and checked whole, the model found and `--json`'s directory
+    checked (nothing loaded yet); `ConfigError` names the first problem."""
+    raw, flags, rest = split_args(argv)
+    target = find_target(raw)
+    if target.config is not None and flags.preset is not None:
+        raise ConfigError("--preset: the run's config gives the defaults of a run's model")
+    base = target.config or PRESETS[flags.preset or DEFAULT_PRESET]()
+    options = eval_options(target, flags, read_config(rest, base), rest)
+    if options.json_path is not None:
+        where = options.json_path
+        if where.is_dir():
+            raise ConfigError(f"--json: {where} is a directory")
+        if not where.parent.is_dir() or not os.access(where.parent, os.W_OK | os.X_OK):
+            raise ConfigError(f"--json: {where.parent} is not a writable directory")
     return options
 
 
@@ -153,7 +198,8 @@ def _get(cfg: RunConfig, key: str) -> Any:
 
 
 def check(o: EvalOptions) -> None:
-    """The ranges `eval` needs (the run's own checks cover what training needs)."""
+    """The ranges `eval` needs (the run's own checks cover what training needs); looks at
+    nothing on disk."""
     d, s = o.cfg.data, o.cfg.sampling
     ranges = [
         ("--samples", o.samples >= 1, ">= 1"),
@@ -178,9 +224,3 @@ def check(o: EvalOptions) -> None:
         parse_weights(o.cfg.reward.fns)
     except ValueError as e:
         raise ConfigError(f"reward.fns: {e}") from None
-    if o.json_path is not None:
-        parent = o.json_path.parent
-        if o.json_path.is_dir():
-            raise ConfigError(f"--json: {o.json_path} is a directory")
-        if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-            raise ConfigError(f"--json: {parent} is not a writable directory")

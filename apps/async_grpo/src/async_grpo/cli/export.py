@@ -39,24 +39,30 @@ from async_grpo.checkpoint.resume import saved_config
 PROG = "async-grpo export"
 
 
+def parse_args(argv: list[str]) -> tuple[Path, Path, bool]:
+    """(RUN_DIR_OR_CHECKPOINT, OUT_DIR, --force) of a command line, without looking at the
+    disk; `ValueError` names what is wrong."""
+    force = "--force" in argv
+    args = [a for a in argv if a != "--force"]
+    unknown = [a for a in args if a.startswith("-")]
+    if unknown:
+        raise ValueError(f"unknown option {unknown[0]!r}; the only option is --force")
+    if len(args) != 2:
+        raise ValueError(
+            f"expected RUN_DIR_OR_CHECKPOINT OUT_DIR, got {len(args)} argument(s) {args}; "
+            "see --help"
+        )
+    return Path(args[0]), Path(args[1]), force
+
+
 def main(argv: list[str]) -> int:
     """`async-grpo export RUN_DIR_OR_CHECKPOINT OUT_DIR [--force]`: exit status 0, 2 on bad
     input (one line on stderr, nothing written), 1 when writing failed."""
     if any(a in ("-h", "--help") for a in argv):
         print(__doc__)
         return 0
-    force = "--force" in argv
-    args = [a for a in argv if a != "--force"]
-    unknown = [a for a in args if a.startswith("-")]
     try:
-        if unknown:
-            raise ValueError(f"unknown option {unknown[0]!r}; the only option is --force")
-        if len(args) != 2:
-            raise ValueError(
-                f"expected RUN_DIR_OR_CHECKPOINT OUT_DIR, got {len(args)} argument(s) "
-                f"{args}; see --help"
-            )
-        source, out = Path(args[0]), Path(args[1])
+        source, out, force = parse_args(argv)
         checkpoint = find_checkpoint(source)
         check_destination(out, checkpoint, base_model(checkpoint, saved_config(checkpoint)), force)
         policy = load_checkpoint(checkpoint)
