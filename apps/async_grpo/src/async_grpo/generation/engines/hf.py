@@ -38,7 +38,8 @@ class HFEngine:
     ) -> None:
         device_ = torch_device(device)
         dtype = torch_dtype(model.dtype)
-        # A policy given is in float32 (a checkpoint's): the dtype generators sample in.
+        # A checkpoint's policy comes in the trainer's float32; it samples in the generators'
+        # dtype, as the run's own evaluation does.
         loaded = load_policy(model_path, dtype) if policy is None else policy.to(dtype)  # type: ignore[arg-type]
         self._model = loaded.to(device_)  # type: ignore[arg-type]
         self._greedy = greedy
