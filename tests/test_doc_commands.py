@@ -13,6 +13,9 @@ lines ending in `\\` joined to the next:
   `/path/to/...` are values and parse; nothing is checked on disk.
 - `async-grpo sweep ...`: the sweep's own `--ages` read as the sweep reads it, the rest as a
   training command.
+- `async-grpo export ...` and `async-grpo eval ...`: read as the commands read them
+  (`cli.export.parse_args`; `cli.eval_options.split_args`, `read_config` on the preset's
+  config, `eval_options`), the model and the checkpoint not looked for on disk.
 - `async-grpo report ...`, `uv run python SCRIPT.py ...` and `uv run python -m MODULE ...`:
   every `--option` quoted must be one the script's `argparse` parser declares (read from its
   source), and the script must exist. The slow test runs `--help` of each such script in a
@@ -35,8 +38,11 @@ from unittest import mock
 
 import pytest
 from async_grpo.checkpoint.resume import split_resume
+from async_grpo.cli import eval_options
+from async_grpo.cli import export as export_command
 from async_grpo.cli.sweep import parse_ages
 from async_grpo.config.args import build_config, take_flag
+from async_grpo.config.presets import DEFAULT_PRESET, PRESETS
 from async_grpo.config.schema import ConfigError, RunConfig
 from async_grpo.config.validate import validate
 from async_grpo.launch import prepare
@@ -53,8 +59,9 @@ REPORT_MODULE = "async_grpo.observability.report.build"
 
 @dataclass(frozen=True)
 class Quoted:
-    """A command quoted in a Markdown file. `kind` is "train", "sweep", "report", "script"
-    or "module"; `target` the script's path or the module's name ("" for the others);
+    """A command quoted in a Markdown file. `kind` is "train", "sweep", "export", "eval",
+    "report", "script" or "module"; `target` the script's path or the module's name ("" for
+    the others);
     `args` what follows the program."""
 
     doc: str
@@ -138,6 +145,8 @@ def _classify(doc: str, line: int, rest: list[str]) -> Quoted | None:
             return Quoted(doc, line, "sweep", "", args[1:])
         if args[:1] == ("report",):
             return Quoted(doc, line, "report", REPORT_MODULE, args[1:])
+        if args[:1] in (("export",), ("eval",)):
+            return Quoted(doc, line, args[0], "", args[1:])
         return Quoted(doc, line, "train", "", args)
     if program == "python" and len(args) >= 2 and args[0] == "-m":
         return Quoted(doc, line, "module", args[1], args[2:])
@@ -221,8 +230,28 @@ def check_placement(cfg: RunConfig) -> None:
     raise ConfigError("; ".join(f"with {n} GPU(s) here: {e}" for e, n in errors.items()))
 
 
+def subcommand_problem(quoted: Quoted) -> str | None:
+    """Why a quoted `export` or `eval` would not parse, or None when it does."""
+    # A usage synopsis's optional parts ("[--force]") read as given.
+    args = [a[1:-1] if a.startswith("[") and a.endswith("]") else a for a in quoted.args]
+    if "--help" in args or "-h" in args:
+        return None
+    try:
+        if quoted.kind == "export":
+            export_command.parse_args(args)
+            return None
+        raw, flags, rest = eval_options.split_args(args)
+        cfg = eval_options.read_config(rest, PRESETS[flags.preset or DEFAULT_PRESET]())
+        eval_options.eval_options(eval_options.Target(raw, None, 0, None), flags, cfg, rest)
+    except ValueError as e:  # ConfigError is a ValueError
+        return str(e)
+    return None
+
+
 def problem(quoted: Quoted) -> str | None:
     """Why the quoted command would not parse, or None when it does."""
+    if quoted.kind in ("export", "eval"):
+        return subcommand_problem(quoted)
     if quoted.kind in ("train", "sweep"):
         try:
             argv = list(quoted.args)
@@ -287,15 +316,21 @@ def test_a_wrong_option_in_a_doc_is_caught() -> None:
             "uv run python examples/09_async_rl_train.py --batch 64",
             "uv run async-grpo report RUN_DIR --html out.html",
             "uv run python examples/no_such_example.py",
+            "uv run async-grpo export RUN_DIR OUT_DIR --dtype bf16",
+            "uv run async-grpo eval OUT_DIR --sample 8",
+            "uv run async-grpo eval OUT_DIR --trainer.lr 1e-3",
             "```",
         ]
     )
     found = commands_in("doc.md", doc)
     kinds = ["train", "train", "sweep", "train", "script", "report", "script"]
+    kinds += ["export", "eval", "eval"]
     assert [q.kind for q in found] == kinds
     assert found[1].args[-2:] == ("--generator.engin", "vllm")  # the continuation joined
     assert all(problem(q) is not None for q in found), [q.where for q in found if not problem(q)]
     right = commands_in("doc.md", "`uv run python examples/09_async_rl_train.py --steps 12`")
+    assert [problem(q) for q in right] == [None]
+    right = commands_in("doc.md", "`uv run async-grpo eval OUT_DIR --samples 8 --greedy false`")
     assert [problem(q) for q in right] == [None]
 
 

@@ -78,11 +78,27 @@ def find_checkpoint(target: str, out_dir: Path) -> Path:
 
 def saved_config(path: Path) -> RunConfig:
     """The config a checkpoint was written with."""
+    return read_config(path / CONFIG_FILE)
+
+
+def read_config(file: Path) -> RunConfig:
+    """A run's config as a checkpoint holds it: the JSON of `dataclasses.asdict(RunConfig)`."""
     try:
-        raw = json.loads((path / CONFIG_FILE).read_text())
+        raw = json.loads(file.read_text())
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{file} is not a readable run config ({e})") from None
+    return config_from(raw, str(file))
+
+
+def config_from(raw: Any, where: str) -> RunConfig:
+    """A run's config from its parsed JSON (`dataclasses.asdict(RunConfig)`); `where` names
+    it in the error."""
+    try:
+        if not isinstance(raw, dict):
+            raise ValueError(f"expected an object, got {type(raw).__name__}")
         return parse([f"--{k}={v}" for k, v in _flat(raw).items()], RunConfig())
-    except (OSError, ValueError) as e:  # ConfigError is a ValueError
-        raise CheckpointError(f"{path / CONFIG_FILE} is not a readable run config ({e})") from None
+    except ValueError as e:  # ConfigError is a ValueError
+        raise CheckpointError(f"{where} is not a readable run config ({e})") from None
 
 
 def config_differences(saved: RunConfig, new: RunConfig) -> list[str]:

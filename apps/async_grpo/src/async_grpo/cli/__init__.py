@@ -1,1 +1,1 @@
-"""The `async-grpo` command: a training run (`main`), `report` and `sweep`."""
+"""The `async-grpo` command: a training run (`main`), `report`, `sweep`, `export` and `eval`."""

@@ -14,6 +14,8 @@ writes `<out_dir>/metrics.jsonl`, and ends with a summary.
     uv run async-grpo --resume                       # continue the newest checkpoint of --out_dir
     uv run async-grpo report runs/async-grpo         # report.html from a run's metrics and trace
     uv run async-grpo sweep                          # max_policy_age 0, 1, 2, 4, one report
+    uv run async-grpo export runs/async-grpo OUT     # the newest checkpoint as a HF model dir
+    uv run async-grpo eval runs/async-grpo           # pass@1, pass@k, mean reward of a model
     uv run async-grpo --placement.launcher process --placement.hosts a=1,b=1,c=1
         --placement.components 'trainer=a,generator=b,*=c'   # (one line) three local hosts
 
@@ -42,7 +44,7 @@ from async_grpo.checkpoint.resume import (
     resume_hint,
     split_resume,
 )
-from async_grpo.cli import sweep
+from async_grpo.cli import evaluate, export, sweep
 from async_grpo.config.args import build_config
 from async_grpo.config.validate import validate
 from async_grpo.controller.cut import Cut, read_cut
@@ -62,7 +64,12 @@ def _report(argv: list[str]) -> int:
     return report(argv)
 
 
-SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {"report": _report, "sweep": sweep.main}
+SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
+    "report": _report,
+    "sweep": sweep.main,
+    "export": export.main,
+    "eval": evaluate.main,
+}
 """`async-grpo NAME ARGS...` runs `SUBCOMMANDS[NAME](ARGS)` instead of a training run; the
 first argument is looked up here before any config parsing."""
 

@@ -6,7 +6,9 @@ lately: with 16 answers per prompt, a 64-episode window holds 4 prompts, and it 
 their difficulty as much as with the policy. An evaluation instead scores every prompt of a
 fixed set (`tasks.prompts.eval_set`: for `count`, each N once), `group_size` samples each from the
 same sampling distribution the rollouts use, and averages per prompt. Its episodes never
-reach the replay buffer or the training window.
+reach the replay buffer or the training window. The set, the seeds and the scoring are
+`observability/scoring.py`'s, which `async-grpo eval` shares: evaluating a checkpoint with
+the run's settings gives the numbers the run recorded for those weights.
 """
 
 from __future__ import annotations
@@ -21,44 +23,21 @@ from async_grpo.actors.generator import Generator
 from async_grpo.actors.reward import RewardActor
 from async_grpo.config.schema import RunConfig
 from async_grpo.controller.play import make_encode, play_tasks
-from async_grpo.generation.decoding import Completion
 from async_grpo.generation.multiturn import Encode, PlayedEpisode, policy_version
 from async_grpo.launch.prepare import Prepared
 from async_grpo.launch.spawn import Components
 from async_grpo.model.policy import load_tokenizer
 from async_grpo.observability.metrics import EvalScore, RunMetrics
+from async_grpo.observability.scoring import (
+    eval_prompts,
+    eval_seed,
+    reward_inputs,
+    score_eval,
+)
 from async_grpo.seeds import derive_seed
 from async_grpo.tasks.environments import TaskSource, mean_by_env
-from async_grpo.tasks.prompts import Sample, eval_set
-from async_grpo.tasks.rewards import exact_match
+from async_grpo.tasks.prompts import Sample
 from async_grpo.weight_sync.update import WeightUpdate
-
-
-def score_eval(
-    step: int,
-    prompts: Sequence[Sample],
-    groups: Sequence[Sequence[Completion]],
-    rewards: list[float],
-) -> EvalScore:
-    """Folds one evaluation's completions and rewards (flat, prompt-major) into a result:
-    the mean over prompts of each prompt's mean reward."""
-    per_prompt: list[tuple[str, float]] = []
-    exact: list[float] = []
-    k = 0
-    for sample, group in zip(prompts, groups, strict=True):
-        scores = rewards[k : k + len(group)]
-        k += len(group)
-        per_prompt.append((sample.prompt, sum(scores) / len(scores)))
-        exact.append(sum(exact_match(c.text, sample.target) for c in group) / len(group))
-    version = min(c.policy_version for group in groups for c in group)
-    return EvalScore(
-        step=step,
-        version=version,
-        reward=sum(r for _, r in per_prompt) / len(per_prompt),
-        exact=sum(exact) / len(exact),
-        per_prompt=tuple(per_prompt),
-    )
-
 
 EvalFn = Callable[[int], Awaitable[EvalScore | None]]
 """Runs one evaluation, requested after train step `step`; None when it has nothing to
@@ -77,10 +56,9 @@ def prompt_eval(
 
     async def run(step: int) -> EvalScore | None:
         groups = await generator.endpoint(Generator.generate).route(
-            [s.prompt for s in prompts], derive_seed(seed, "eval", step), newest()
+            [s.prompt for s in prompts], eval_seed(seed, step), newest()
         )
-        texts = [c.text for group in groups for c in group]
-        targets = [s.target for s, group in zip(prompts, groups, strict=True) for _ in group]
+        texts, targets = reward_inputs(prompts, groups)
         rewards = await reward.endpoint(RewardActor.score).route(texts, targets)
         return score_eval(step, prompts, groups, rewards)
 
@@ -208,6 +186,5 @@ def make_evaluator(
     if tasks is not None:
         encode = make_encode(load_tokenizer(prep.model_path))
         return Evaluator(env_eval(c, cfg, tasks, encode, log=log, newest=newest), metrics)
-    d = cfg.data
-    prompts = eval_set(d.task, d.min_n, d.max_n, prep.samples or (), size=cfg.eval_prompts)
+    prompts = eval_prompts(cfg.data, prep.samples, cfg.eval_prompts)
     return Evaluator(prompt_eval(c.generator, c.reward, prompts, cfg.seed, newest), metrics)

@@ -56,12 +56,13 @@ def generate(
     *,
     chat_template: bool = False,
     generator: torch.Generator | None = None,
+    greedy: bool = False,
 ) -> list[list[Completion]]:
     """Samples `cfg.group_size` responses for each prompt in one batch (`sample`).
 
     `chat_template`: each prompt is sent as one user message through the tokenizer's chat
     template (the completions still record the prompt as given). Returns one list of
-    `group_size` completions per prompt, in prompt order.
+    `group_size` completions per prompt, in prompt order. `greedy`: as `sample`'s.
     """
     texts = [chat_prompt(tokenizer, p) for p in prompts] if chat_template else prompts
     encoded = [list(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
@@ -74,6 +75,7 @@ def generate(
         policy_version,
         labels=[p for p in prompts for _ in range(g)],
         generator=generator,
+        greedy=greedy,
     )
     return [completions[k * g : (k + 1) * g] for k in range(len(prompts))]
 
@@ -88,6 +90,7 @@ def sample(
     *,
     labels: list[str] | None = None,
     generator: torch.Generator | None = None,
+    greedy: bool = False,
 ) -> list[Completion]:
     """One response for each row of token ids (a prompt, or a multi-turn context), all in
     one batch with a KV cache; `labels` are the rows' prompts as text (for the record; ""
@@ -95,7 +98,9 @@ def sample(
 
     Rows are left-padded so every row's next token sits in the last column; position ids
     count only real tokens, so the trainer's right-padded recomputation sees the same
-    positions. Returns the completions in row order.
+    positions. Returns the completions in row order. `greedy`: each token is the most
+    likely one instead of a sample (`async-grpo eval --greedy`; training never is), its
+    log-prob still that of the sampling distribution.
     """
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     if eos is None or pad is None:
@@ -124,7 +129,10 @@ def sample(
         ).logits[:, -1, :]
         dist = masked_logits(logits, cfg.temperature, cfg.top_p, vocab)
         logp = torch.log_softmax(dist, dim=-1)
-        token = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
+        if greedy:
+            token = dist.argmax(-1)
+        else:
+            token = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
         token = torch.where(done, torch.full_like(token, pad), token)
         out_tokens.append(token)
         out_logprobs.append(logp.gather(-1, token.unsqueeze(-1)).squeeze(-1))

@@ -22,7 +22,7 @@ from async_grpo.launch.devices import DeviceError, DeviceMap, plan_devices
 from async_grpo.launch.launchers import check_launcher
 from async_grpo.launch.placement import Demand, PlacementError, PlacementPlan, plan_placement
 from async_grpo.model.locate import ModelNotFound, locate_model
-from async_grpo.model.policy import write_random_checkpoint
+from async_grpo.model.policy import built_checkpoint, write_random_checkpoint
 from async_grpo.tasks.environments import check_env_config, env_corpus, parse_env_weights
 from async_grpo.tasks.prompts import Sample, corpus_for, load_hf_dataset, load_jsonl
 from async_grpo.tasks.rewards import parse_weights
@@ -162,6 +162,6 @@ def prepare(cfg: RunConfig) -> Prepared:
             corpus = env_text
         else:
             corpus = corpus_for(cfg.data.task, cfg.data.min_n, cfg.data.max_n, samples or ())
-        path = out_dir / f"checkpoint-{m.arch}-seed{m.init_seed}"
+        path = built_checkpoint(out_dir, m.arch, m.init_seed)
         model_path = str(write_random_checkpoint(path, ARCHS[m.arch], corpus, seed=m.init_seed))
     return Prepared(model_path, samples, placement, devices)

@@ -104,6 +104,12 @@ def write_random_checkpoint(
     return path
 
 
+def built_checkpoint(out_dir: Path, arch: str, seed: int) -> Path:
+    """Where a run in `out_dir` writes the random checkpoint of `arch` it builds
+    (`write_random_checkpoint`), and where its export finds the architecture again."""
+    return out_dir / f"checkpoint-{arch}-seed{seed}"
+
+
 def load_tokenizer(path: str) -> PreTrainedTokenizerBase:
     """Loads the tokenizer in `path` (a directory written by `save_pretrained`, or a hub id).
 

@@ -11,6 +11,7 @@ import os
 
 import torch
 from torch import Tensor
+from transformers import PreTrainedModel
 
 from async_grpo.config.schema import ModelConfig, SamplingConfig
 from async_grpo.generation.decoding import Completion, generate, sample
@@ -20,7 +21,9 @@ from async_grpo.weight_sync.update import WeightSync, WeightUpdate, pull
 
 class HFEngine:
     """Loads the policy from `model_path` with `from_pretrained` onto `device` ("auto": CUDA
-    when this process sees a GPU)."""
+    when this process sees a GPU). `policy`: a model already loaded (a checkpoint's weights,
+    `async-grpo eval`) to use instead, with the tokenizer of `model_path`. `greedy`: every
+    token the most likely one (`decoding.sample`), never in training."""
 
     def __init__(
         self,
@@ -29,10 +32,17 @@ class HFEngine:
         sampling: SamplingConfig,
         seed: int,
         device: str = "auto",
+        *,
+        policy: PreTrainedModel | None = None,
+        greedy: bool = False,
     ) -> None:
         device_ = torch_device(device)
-        policy = load_policy(model_path, torch_dtype(model.dtype))
-        self._model = policy.to(device_)  # type: ignore[arg-type]
+        dtype = torch_dtype(model.dtype)
+        # A checkpoint's policy comes in the trainer's float32; it samples in the generators'
+        # dtype, as the run's own evaluation does.
+        loaded = load_policy(model_path, dtype) if policy is None else policy.to(dtype)  # type: ignore[arg-type]
+        self._model = loaded.to(device_)  # type: ignore[arg-type]
+        self._greedy = greedy
         self._tokenizer = load_tokenizer(model_path)
         self._sampling = sampling
         self._chat = model.chat_template
@@ -49,6 +59,7 @@ class HFEngine:
             self.version,
             chat_template=self._chat,
             generator=self._generator(seed),
+            greedy=self._greedy,
         )
 
     def continue_turns(
@@ -61,6 +72,7 @@ class HFEngine:
             self._sampling,
             self.version,
             generator=self._generator(seed),
+            greedy=self._greedy,
         )
 
     def _generator(self, seed: int | None) -> torch.Generator:

@@ -1,0 +1,164 @@
+"""From a run to a model you can use: the tiny preset trained, then `async-grpo eval`, then
+`async-grpo export`, then the export loaded with `transformers` and generating.
+
+One real run per entry of `RUNS` (module-scoped: every test reads the same run), real
+checkpoints written by it, the commands run as the command line runs them. `eval` of the
+run's checkpoint must score exactly what the run recorded for the same weights (the two share
+one code path), and the export must hold exactly the weights the trainer's checkpoint holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from async_grpo.checkpoint import disk
+from async_grpo.checkpoint.export import read_export_info
+from async_grpo.checkpoint.trainer_state import load_trainer_state
+from async_grpo.cli.main import main
+from async_grpo.config.args import apply_overrides
+from async_grpo.config.presets import tiny
+from async_grpo.config.schema import RunConfig
+from async_grpo.generation.decoding import generate
+from async_grpo.grpo.step import TrainerCore
+from async_grpo.model.policy import built_checkpoint, load_policy, load_tokenizer
+from async_grpo.observability.console import Summary
+from async_grpo.train import run
+from transformers import AutoModelForCausalLM, PreTrainedModel
+
+pytestmark = pytest.mark.slow  # a whole run (or a whole set of processes)
+
+STEPS = 60
+
+RUNS: dict[str, dict[str, str]] = {"full": {}}
+"""The runs walked through, by name: overrides of the tiny preset (`--key value` as a dict).
+A run that trains LoRA adapters is one more entry, `"lora": {"trainer.lora.rank": "8"}`:
+every test then also checks that run's export."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Trained:
+    """A finished run: its config, its summary (every evaluation it made) and its directory."""
+
+    cfg: RunConfig
+    summary: Summary
+    out_dir: Path
+
+    @property
+    def base(self) -> Path:
+        """The random checkpoint the run built and trained from."""
+        return built_checkpoint(self.out_dir, self.cfg.model.arch, self.cfg.model.init_seed)
+
+
+@pytest.fixture(scope="module", params=sorted(RUNS))
+def trained(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Trained:
+    out = tmp_path_factory.mktemp(f"run-{request.param}")
+    overrides = {"steps": str(STEPS), "eval_every": "30", "checkpoint.every": "30"}
+    cfg = apply_overrides(tiny(), {**overrides, "out_dir": str(out), **RUNS[request.param]})
+    summary = asyncio.run(run(cfg, quiet=True))
+    assert summary.steps == STEPS
+    return Trained(cfg, summary, out)
+
+
+@pytest.fixture(scope="module")
+def exported(trained: Trained, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("exported") / "model"
+    assert main(["export", str(trained.out_dir), str(out)]) == 0
+    return out
+
+
+def evaluated(args: list[str], json_path: Path) -> dict[str, Any]:
+    assert main(["eval", *args, "--json", str(json_path)]) == 0
+    numbers: dict[str, Any] = json.loads(json_path.read_text())
+    return numbers
+
+
+def trainer_model(trained: Trained) -> PreTrainedModel:
+    """The policy of the run's newest checkpoint, loaded the way the trainer loads it."""
+    checkpoint = disk.complete(trained.out_dir)[-1]
+    model = load_policy(str(trained.base))
+    core = TrainerCore(
+        model, trained.cfg.trainer, trained.cfg.sampling, vocab_size=12, pad_id=0, total_steps=9
+    )
+    load_trainer_state(core, checkpoint / disk.TRAINER_DIR, sharded=False)
+    assert core.version == STEPS
+    return model
+
+
+def new_tokens(model: Any, ids: torch.Tensor, **kwargs: Any) -> list[int]:
+    """`transformers`' `generate` on one prompt: the ids it appended."""
+    return [int(t) for t in model.generate(ids, **kwargs)[0, ids.shape[1] :]]
+
+
+def test_eval_scores_what_the_run_recorded(trained: Trained, tmp_path: Path) -> None:
+    evals = trained.summary.metrics.evals
+    first, last = evals[0], evals[-1]
+    assert (first.step, first.version) == (0, 0)
+    assert (last.step, last.version) == (STEPS, STEPS)  # the final weights, after the run
+    after = evaluated([str(trained.out_dir)], tmp_path / "after.json")
+    before = evaluated([str(trained.base)], tmp_path / "before.json")
+    # The same prompts, seeds, sampling and scoring as the run's own evaluation of the same
+    # weights: the same numbers, to the bit.
+    for numbers, recorded in ((after, last), (before, first)):
+        assert numbers["mean_reward"] == recorded.reward
+        assert numbers["exact"] == recorded.exact
+        assert [(r["prompt"], r["reward"]) for r in numbers["rows"]] == list(recorded.per_prompt)
+    assert after["version"] == STEPS
+    assert after["mean_reward"] - before["mean_reward"] >= 0.15, (before, after)
+    print(
+        f"tiny preset, {STEPS} steps: mean reward {before['mean_reward']:.3f} -> "
+        f"{after['mean_reward']:.3f}, pass@1 {before['pass_at']['1']:.3f} -> "
+        f"{after['pass_at']['1']:.3f}, pass@16 {before['pass_at']['16']:.3f} -> "
+        f"{after['pass_at']['16']:.3f}"
+    )
+
+
+def test_the_export_holds_the_trainers_weights(trained: Trained, exported: Path) -> None:
+    model = AutoModelForCausalLM.from_pretrained(exported)
+    want = trainer_model(trained).state_dict()
+    got = model.state_dict()
+    assert set(got) == set(want)
+    assert all(torch.equal(got[n], want[n]) for n in want)
+    info = read_export_info(exported)
+    assert info is not None
+    assert info.version == STEPS
+    assert info.checkpoint == str(disk.complete(trained.out_dir)[-1].resolve())
+
+
+def test_greedy_generations_of_the_export_are_the_trainers(
+    trained: Trained, exported: Path
+) -> None:
+    model = AutoModelForCausalLM.from_pretrained(exported)
+    trainer = trainer_model(trained)
+    tok = load_tokenizer(str(exported))
+    prompts = [f"count to {n}:" for n in range(1, 7)]
+    # The app's own greedy decoding on the trainer's weights ...
+    sampling = dataclasses.replace(trained.cfg.sampling, group_size=1)
+    ours = generate(trainer, tok, prompts, sampling, STEPS, greedy=True)
+    longest = sampling.max_new_tokens
+    for prompt, (completion,) in zip(prompts, ours, strict=True):
+        ids = tok(prompt, return_tensors="pt", add_special_tokens=False)["input_ids"]
+        # ... is transformers' greedy decoding of the export, and of the trainer's weights.
+        for m in (model, trainer):
+            out = new_tokens(m, ids, do_sample=False, max_new_tokens=longest)
+            assert out == completion.response_ids, prompt
+    # Without arguments, `generate` samples the run's distribution (the generation config).
+    ids = tok("count to 3:", return_tensors="pt", add_special_tokens=False)["input_ids"]
+    assert model.generation_config.do_sample
+    assert 1 <= len(new_tokens(model, ids)) <= longest
+    print("greedy answers of the export:", [c.text for (c,) in ours])
+
+
+def test_the_export_scores_as_its_checkpoint(
+    trained: Trained, exported: Path, tmp_path: Path
+) -> None:
+    of_export = evaluated([str(exported), "--samples", "8"], tmp_path / "export.json")
+    of_run = evaluated([str(trained.out_dir), "--samples", "8"], tmp_path / "run.json")
+    assert of_export["version"] == of_run["version"] == STEPS
+    assert of_export["rows"] == of_run["rows"]
+    assert of_export["pass_at"] == of_run["pass_at"]
