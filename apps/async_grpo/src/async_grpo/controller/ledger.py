@@ -212,9 +212,11 @@ class PromptLedger:
 
     # ------------------------------------------------------------------ the trainer
 
-    def take(self, groups: Iterable[int]) -> None:
+    def take(self, groups: Iterable[int]) -> int:
         """The trainer took these groups in a batch (possibly before their put's answer
-        was booked: the buffer answers the put and the sample separately)."""
+        was booked: the buffer answers the put and the sample separately). Returns how
+        many of them were taken before their put was booked."""
+        early = 0
         for group in groups:
             held = self._held.pop(group, None)
             self._tokens.pop(group, None)
@@ -225,10 +227,17 @@ class PromptLedger:
             if flying is not None:
                 self._early.add(group)
                 self._taken[group] = flying
+                early += 1
+        return early
 
-    def batch_taken(self, groups: Iterable[int]) -> None:
-        """The trainer took a batch of these groups (`take`)."""
-        self.take(groups)
+    def batch_taken(self, groups: Iterable[int]) -> int:
+        """The trainer took a batch of these groups (`take`); returns how many it took
+        before their put was booked."""
+        return self.take(groups)
+
+    def taken_early(self, groups: Iterable[int]) -> int:
+        """How many of `groups` (a put's, about to be booked) the trainer already took."""
+        return sum(1 for g in groups if g in self._early)
 
     def untrained(self, groups: Iterable[int]) -> None:
         """The run stopped with a batch of these groups on its way: they, and any group taken

@@ -72,7 +72,8 @@ async def training_loop(job: Job, warmup: Warmup, record: RecordStep) -> int:
             next_batch = None if next_batch.done() else next_batch
             continue
         episodes, groups = _in_group_order(batch.episodes)
-        ledger.batch_taken(groups)
+        # Groups taken before their put was booked are counted as generated now.
+        job.metrics.fates.generated += ledger.batch_taken(groups) * cfg.sampling.group_size
         job.gate.step_started()
         # The next batch is gathered while this one trains, unless a checkpoint follows:
         # its cut must not miss a batch on its way.

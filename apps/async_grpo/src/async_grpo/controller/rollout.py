@@ -133,11 +133,10 @@ async def put_episodes(
     in groups with a failed episode) where they went (`observability/fates.py`). Returns
     the episodes put there."""
     fates, group_size = job.metrics.fates, job.cfg.sampling.group_size
-    fates.generated += generated
-    job.metrics.episodes_dropped += dropped
+    filtered = 0
     if job.cfg.buffer.drop_uniform_groups:
         episodes, useless = drop_uniform_groups(episodes)
-        fates.filtered += len(useless) * group_size
+        filtered = len(useless) * group_size
         kept = [g for g in kept if g not in useless]
     tokens: dict[int, int] = {}
     for e in episodes:
@@ -149,6 +148,11 @@ async def put_episodes(
             incarnation = await job.components.buffer.endpoint(BufferActor.put).route(episodes)
     version = min((e.policy_version for e in episodes), default=0)
     # Groups a buffer took just before it died are lost with it (and drawn again).
+    # Counted with the put's booking, not before its wait for room: a row in between sees
+    # neither. Groups the trainer took before this answer came were counted then.
+    fates.generated += generated - job.ledger.taken_early(kept) * group_size
+    fates.filtered += filtered
+    job.metrics.episodes_dropped += dropped
     lost = job.ledger.put(call, kept, version, incarnation, tokens)
     job.metrics.faults.episodes_lost += lost * group_size
     job.ledger.in_order(call, bookkeeping)
