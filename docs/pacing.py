@@ -13,7 +13,7 @@ three rates that are assumptions, stated here so that anyone can change them:
 
 The download size sums the wheels `uv.lock` records for Linux x86-64 and CPython 3.11.
 `tests/test_course.py` checks that the total stays near three hours and that README.md
-quotes it.
+quotes it, and the minutes of the chapters after the course.
 
 Run
     uv run python docs/pacing.py
@@ -159,6 +159,11 @@ def total_minutes() -> float:
     return sum(c.minutes for _, c in walkthrough())
 
 
+def further_minutes() -> float:
+    """The chapters after the course, together (README.md quotes this too)."""
+    return sum(count_step(step).minutes for step in FURTHER)
+
+
 def download_bytes(platform: str = "x86_64") -> int:
     """Bytes of the wheels a first `uv sync` downloads (the default groups, CPython 3.11)."""
     lock = tomllib.loads((ROOT / "uv.lock").read_text())
@@ -233,6 +238,7 @@ def main() -> None:
         print(
             f"further: {step.name:<43} {c.words:>6} {c.code_lines:>6} {c.runs:>5} {c.minutes:>8.0f}"
         )
+    print(f"{'further, together':<52} {'':>6} {'':>6} {'':>5} {further_minutes():>8.0f}")
     example_lines = sum(
         sum(1 for ln in (ROOT / p).read_text().splitlines() if ln.strip())
         for s in STEPS

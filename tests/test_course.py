@@ -50,6 +50,16 @@ def test_readme_quotes_the_measured_length() -> None:
     )
 
 
+def test_readme_quotes_the_further_chapters_minutes() -> None:
+    minutes = _pacing().further_minutes()
+    quoted = re.search(r"measured the same way \(about (\d+)\s+minutes", _readme())
+    assert quoted, "README.md should give the further chapters' minutes (docs/pacing.py)"
+    assert abs(int(quoted.group(1)) - minutes) <= 5, (
+        f"README.md quotes {quoted.group(1)} minutes for the further chapters, "
+        f"docs/pacing.py measures {minutes:.0f}"
+    )
+
+
 def test_readme_table_quotes_each_steps_minutes() -> None:
     """Each row of README.md's reading-order table ends with the minutes docs/pacing.py
     measures for the step that reads that chapter."""

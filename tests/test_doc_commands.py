@@ -1,0 +1,335 @@
+"""Every command the Markdown quotes parses, so a reader who copies one gets a run, not an
+error about an option that no longer exists.
+
+The commands are read from fenced code blocks and inline code of every `*.md` file, with
+lines ending in `\\` joined to the next:
+
+- `uv run async-grpo ...` (also `async-grpo ...` in inline code, and with `uv run`'s own
+  options such as `--extra vllm`): parsed as the command parses them, `--resume [PATH]`
+  taken out first (`checkpoint.resume.split_resume`), then `config.args.build_config`, which
+  rejects an unknown key or an ill-typed value, then `config.validate` (ranges and how
+  fields fit together), the reward weights, the placement and the device map (on a machine
+  with 0, 1 or 8 GPUs; a launcher's tools are not looked for). Paths such as `DIR` or
+  `/path/to/...` are values and parse; nothing is checked on disk.
+- `async-grpo sweep ...`: the sweep's own `--ages` read as the sweep reads it, the rest as a
+  training command.
+- `async-grpo report ...`, `uv run python SCRIPT.py ...` and `uv run python -m MODULE ...`:
+  every `--option` quoted must be one the script's `argparse` parser declares (read from its
+  source), and the script must exist. The slow test runs `--help` of each such script in a
+  subprocess and checks the options there too.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import importlib.util
+import io
+import re
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from unittest import mock
+
+import pytest
+from async_grpo.checkpoint.resume import split_resume
+from async_grpo.cli.sweep import parse_ages
+from async_grpo.config.args import build_config, take_flag
+from async_grpo.config.schema import ConfigError, RunConfig
+from async_grpo.config.validate import validate
+from async_grpo.launch import prepare
+from async_grpo.tasks.rewards import parse_weights
+
+ROOT = Path(__file__).resolve().parents[1]
+SKIP_DIRS = {".git", ".venv", ".nox", ".offline", ".whl", "node_modules"}
+FENCE = re.compile(r"^[ \t]*```[^\n]*\n(.*?)^[ \t]*```", re.DOTALL | re.MULTILINE)
+INLINE = re.compile(r"`((?:[^`\n]|\n(?![ \t]*\n))+)`")  # may wrap, never past a blank line
+UV_OPTIONS_WITH_VALUE = {"--extra", "--with", "--group", "--python", "--package"}
+ENDS_A_COMMAND = {"&&", "||", ";", "|", "...", "#"}
+REPORT_MODULE = "async_grpo.observability.report.build"
+
+
+@dataclass(frozen=True)
+class Quoted:
+    """A command quoted in a Markdown file. `kind` is "train", "sweep", "report", "script"
+    or "module"; `target` the script's path or the module's name ("" for the others);
+    `args` what follows the program."""
+
+    doc: str
+    line: int
+    kind: str
+    target: str
+    args: tuple[str, ...]
+
+    @property
+    def where(self) -> str:
+        return f"{self.doc}:{self.line}: {' '.join(self.args)}"
+
+
+def markdown_files() -> list[Path]:
+    return sorted(
+        p for p in ROOT.rglob("*.md") if not SKIP_DIRS.intersection(p.relative_to(ROOT).parts)
+    )
+
+
+def snippets(text: str) -> list[tuple[int, str]]:
+    """(line number, code) for every line of a fenced block (continuations joined) and
+    every inline code span (its line breaks made spaces)."""
+    found: list[tuple[int, str]] = []
+    for block in FENCE.finditer(text):
+        first = text.count("\n", 0, block.start(1)) + 1
+        joined, start = "", first
+        for i, line in enumerate(block.group(1).splitlines()):
+            if not joined:
+                start = first + i
+            if line.endswith("\\"):  # continued on the next line: one command
+                joined += line[:-1] + " "
+                continue
+            found.append((start, joined + line))
+            joined = ""
+        if joined:
+            found.append((start, joined))
+    prose = FENCE.sub(lambda m: "\n" * m.group(0).count("\n"), text).replace("\\`", "")
+    for span in INLINE.finditer(prose):
+        found.append((prose.count("\n", 0, span.start()) + 1, " ".join(span.group(1).split())))
+    return sorted(found)
+
+
+def _tokens(code: str) -> list[str]:
+    try:
+        return shlex.split(code, comments=True)
+    except ValueError:  # an unbalanced quote: a line of output, not a command
+        return []
+
+
+def commands_in(doc: str, text: str) -> list[Quoted]:
+    """The commands quoted in one Markdown text (`doc` names it in messages)."""
+    out: list[Quoted] = []
+    for line, code in snippets(text):
+        uv = re.search(r"(?:^|[\s(`])uv run(?=\s|$)", code)
+        if uv is not None:
+            rest = _tokens(code[uv.end() :].split("`", 1)[0])
+            while rest and rest[0].startswith("-"):  # uv's own options
+                rest = rest[2:] if rest[0] in UV_OPTIONS_WITH_VALUE else rest[1:]
+        elif code.startswith("async-grpo "):
+            rest = _tokens(code)
+        else:
+            continue
+        for i, token in enumerate(rest):
+            if token in ENDS_A_COMMAND:
+                rest = rest[:i]
+                break
+        if rest and rest[-1].endswith(")") and "(" not in rest[-1]:
+            rest[-1] = rest[-1].rstrip(")")  # "(uv run async-grpo report DIR)" in output
+        quoted = _classify(doc, line, rest)
+        if quoted is not None:
+            out.append(quoted)
+    return out
+
+
+def _classify(doc: str, line: int, rest: list[str]) -> Quoted | None:
+    if not rest:
+        return None
+    program, args = rest[0], tuple(rest[1:])
+    if program == "async-grpo":
+        if args[:1] == ("sweep",):
+            return Quoted(doc, line, "sweep", "", args[1:])
+        if args[:1] == ("report",):
+            return Quoted(doc, line, "report", REPORT_MODULE, args[1:])
+        return Quoted(doc, line, "train", "", args)
+    if program == "python" and len(args) >= 2 and args[0] == "-m":
+        return Quoted(doc, line, "module", args[1], args[2:])
+    if program == "python" and args and args[0].endswith(".py"):
+        if "<" in args[0] or "*" in args[0]:
+            return None  # a placeholder: examples/<file>
+        return Quoted(doc, line, "script", args[0], args[1:])
+    return None  # nox, pytest, ruff, mypy: not checked here
+
+
+def all_quoted() -> list[Quoted]:
+    found: list[Quoted] = []
+    for path in markdown_files():
+        found += commands_in(str(path.relative_to(ROOT)), path.read_text())
+    return found
+
+
+def flags(args: tuple[str, ...]) -> list[str]:
+    """The `--options` of a command line, a usage synopsis's brackets stripped."""
+    out = []
+    for token in args:
+        bare = token.lstrip("[").rstrip("]")
+        if bare.startswith("--"):
+            out.append(bare.split("=", 1)[0].split("|", 1)[0].rstrip("]"))
+    return out
+
+
+def source_of(quoted: Quoted) -> Path | None:
+    """The file that declares the command's options, None where it cannot be found."""
+    if quoted.kind == "script":
+        path = ROOT / quoted.target
+        return path if path.is_file() else None
+    spec = importlib.util.find_spec(quoted.target)
+    if spec is None or spec.origin is None:
+        return None
+    origin = Path(spec.origin)
+    if origin.name == "__init__.py" and (origin.parent / "__main__.py").is_file():
+        origin = origin.parent / "__main__.py"  # `python -m package` runs its __main__
+    return origin
+
+
+def declared_options(source: Path) -> set[str] | None:
+    """The `--options` the file's `argparse` calls declare (`add_argument("--x", ...)`),
+    plus `--help`; None when one of them is not a literal (then only `--help` can tell)."""
+    options = {"-h", "--help"}
+    for node in ast.walk(ast.parse(source.read_text(), filename=str(source))):
+        if not (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "add_argument"
+        ):
+            continue
+        for arg in node.args:
+            if not isinstance(arg, ast.Constant):
+                return None
+            if isinstance(arg.value, str) and arg.value.startswith("-"):
+                options.add(arg.value)
+    return options
+
+
+GPU_COUNTS = (0, 1, 8)
+"""The machines a quoted command is planned for: without a GPU, with one, with eight. A
+command must fit one of them (a `--preset qwen2.5-0.5b` command is not meant for the CPU)."""
+
+
+def check_placement(cfg: RunConfig) -> None:
+    """Plans where every process runs and which GPUs it takes, as the command does before
+    it starts anything (`launch.prepare.plan_hosts`, `plan_gpus`), without asking whether a
+    launcher's tools (`sbatch`, the `kubernetes` package) are installed here. Raises
+    `ConfigError` when no machine of `GPU_COUNTS` fits."""
+    with mock.patch.object(prepare, "check_launcher", return_value=None):
+        plan = prepare.plan_hosts(cfg)
+    errors: dict[str, list[int]] = {}
+    for gpus in GPU_COUNTS:
+        with mock.patch("torch.cuda.device_count", return_value=gpus):
+            try:
+                prepare.plan_gpus(cfg, plan)
+                return
+            except ConfigError as e:
+                errors.setdefault(str(e), []).append(gpus)
+    raise ConfigError("; ".join(f"with {n} GPU(s) here: {e}" for e, n in errors.items()))
+
+
+def problem(quoted: Quoted) -> str | None:
+    """Why the quoted command would not parse, or None when it does."""
+    if quoted.kind in ("train", "sweep"):
+        try:
+            argv = list(quoted.args)
+            if quoted.kind == "sweep":
+                ages, argv = take_flag(argv, "--ages")
+                if ages is not None:
+                    parse_ages(ages)
+                for flag in ("--mode", "--buffer.max_policy_age"):  # the sweep sets them
+                    if take_flag(argv, flag)[0] is not None:
+                        return f"{flag}: the sweep refuses it"
+            else:
+                _, argv = split_resume(argv)
+            with contextlib.redirect_stdout(io.StringIO()):
+                cfg = build_config(argv)
+            validate(cfg)  # ranges and relations: pure, as the command checks them first
+            parse_weights(cfg.reward.fns)
+            check_placement(cfg)
+        except SystemExit as e:  # --help
+            return None if e.code in (0, None) else f"exit status {e.code}"
+        except ValueError as e:  # ConfigError is a ValueError
+            return str(e)
+        return None
+    source = source_of(quoted)
+    if source is None:
+        return f"{quoted.target}: no such script or module"
+    declared = declared_options(source)
+    if declared is None:
+        return None  # options built at run time: the slow test asks the script itself
+    unknown = [f for f in flags(quoted.args) if f not in declared]
+    return f"unknown options {unknown} (known: {sorted(declared)})" if unknown else None
+
+
+QUOTED = all_quoted()
+
+
+def test_the_docs_quote_commands_of_every_kind() -> None:
+    """Guards the reader above: if it stopped finding commands, every other test here would
+    pass on nothing."""
+    kinds = {q.kind for q in QUOTED}
+    assert kinds >= {"train", "sweep", "report", "script", "module"}, kinds
+    assert sum(q.kind == "train" for q in QUOTED) >= 40
+    assert sum(q.kind == "script" for q in QUOTED) >= 30
+
+
+@pytest.mark.parametrize("quoted", QUOTED, ids=lambda q: f"{q.doc}:{q.line}")
+def test_quoted_command_parses(quoted: Quoted) -> None:
+    why = problem(quoted)
+    assert why is None, f"{quoted.where}\n  {why}"
+
+
+def test_a_wrong_option_in_a_doc_is_caught() -> None:
+    """Each kind of command, quoted with an option that does not exist, is reported."""
+    doc = "\n".join(
+        [
+            "Run `uv run async-grpo --trainer.kl_coef 0.1` or:",
+            "",
+            "```bash",
+            "uv run --extra vllm async-grpo --preset tiny \\",
+            "    --generator.engin vllm        # a typo on the continued line",
+            "uv run async-grpo sweep --ages 0,1 --mode sync",
+            "uv run async-grpo --resume --out_dir /tmp/x --steps many",
+            "uv run python examples/09_async_rl_train.py --batch 64",
+            "uv run async-grpo report RUN_DIR --html out.html",
+            "uv run python examples/no_such_example.py",
+            "```",
+        ]
+    )
+    found = commands_in("doc.md", doc)
+    kinds = ["train", "train", "sweep", "train", "script", "report", "script"]
+    assert [q.kind for q in found] == kinds
+    assert found[1].args[-2:] == ("--generator.engin", "vllm")  # the continuation joined
+    assert all(problem(q) is not None for q in found), [q.where for q in found if not problem(q)]
+    right = commands_in("doc.md", "`uv run python examples/09_async_rl_train.py --steps 12`")
+    assert [problem(q) for q in right] == [None]
+
+
+def _help_text(quoted: Quoted) -> subprocess.CompletedProcess[str]:
+    if quoted.kind == "script":
+        cmd = [sys.executable, quoted.target, "--help"]
+    elif quoted.kind == "report":
+        cmd = [sys.executable, "-m", "async_grpo.cli", "report", "--help"]
+    else:
+        cmd = [sys.executable, "-m", quoted.target, "--help"]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+
+
+def _with_parsers() -> list[Quoted]:
+    """One quoted command per script or module that has an argparse parser (a script
+    without one would run whole instead of printing help), with every option quoted for
+    it."""
+    merged: dict[str, Quoted] = {}
+    for q in QUOTED:
+        if q.kind not in ("script", "module", "report"):
+            continue
+        source = source_of(q)
+        if source is None or "add_argument" not in source.read_text():
+            continue
+        known = merged.get(q.target)
+        args = (*known.args, *q.args) if known else q.args
+        merged[q.target] = Quoted(q.doc, q.line, q.kind, q.target, args)
+    return sorted(merged.values(), key=lambda q: q.target)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("quoted", _with_parsers(), ids=lambda q: q.target)
+def test_scripts_answer_help_with_the_quoted_options(quoted: Quoted) -> None:
+    done = _help_text(quoted)
+    assert done.returncode == 0, f"{quoted.target} --help: exit {done.returncode}\n{done.stderr}"
+    missing = [f for f in flags(quoted.args) if not re.search(rf"{re.escape(f)}\b", done.stdout)]
+    assert not missing, f"{quoted.target} --help does not list {missing}"
