@@ -1,13 +1,15 @@
 """Async vs sync GRPO on the tiny preset, in ONE run: trained episodes/s and trainer idle time.
 
-Both modes run the same loop with the same preset and seed; sync is `max_policy_age=0`
-(generation pauses while the trainer steps and the weights move). Rates are measured from the
-end of the first train step (start-up excluded).
+Both modes run the same loop with the same preset and seed; sync is `--mode sync` (one
+batch of prompts per version, generated on that version's weights, while the trainer
+waits). Rates are measured from the end of the first train step (start-up excluded);
+`trained_frac` is the share of the generated episodes that were trained.
 
     uv run python apps/async_grpo/benchmarks/async_vs_sync.py            # 120 steps each
     uv run python apps/async_grpo/benchmarks/async_vs_sync.py --quick --json out.json
 
-`--json PATH` writes rows {"mode", "episodes_per_s", "trainer_idle_frac", "final_reward"}.
+`--json PATH` writes rows {"mode", "episodes_per_s", "trainer_idle_frac", "trainer_busy",
+"trained_frac", "final_reward"}.
 """
 
 from __future__ import annotations
@@ -34,6 +36,12 @@ def bench(mode: str, steps: int, seed: int, out: Path) -> Summary:
     return asyncio.run(run(cfg, prepare(cfg), quiet=True))
 
 
+def trained_frac(summary: Summary) -> float:
+    """Trained / generated episodes of a run."""
+    m = summary.metrics
+    return m.episodes_trained / m.episodes_generated if m.episodes_generated else 0.0
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=120)
@@ -50,15 +58,20 @@ def main() -> None:
             "mode": r.mode,
             "episodes_per_s": r.episodes_per_s,
             "trainer_idle_frac": r.trainer_idle_frac,
+            "trainer_busy": 1.0 - r.trainer_idle_frac,
+            "trained_frac": trained_frac(r),
             "final_reward": r.reward_end,
         }
         for r in results
     ]
-    print(f"{'mode':6} {'episodes/s':>11} {'trainer idle':>13} {'final reward':>13} {'wall s':>7}")
+    print(
+        f"{'mode':6} {'episodes/s':>11} {'trainer idle':>13} {'trained/generated':>18} "
+        f"{'final reward':>13} {'wall s':>7}"
+    )
     for r in results:
         print(
             f"{r.mode:6} {r.episodes_per_s:11.1f} {r.trainer_idle_frac:13.1%} "
-            f"{r.reward_end:13.3f} {r.wall_s:7.0f}"
+            f"{trained_frac(r):18.1%} {r.reward_end:13.3f} {r.wall_s:7.0f}"
         )
     sync, async_ = results
     print(f"async / sync episodes/s: {async_.episodes_per_s / max(sync.episodes_per_s, 1e-9):.2f}x")

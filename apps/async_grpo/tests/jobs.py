@@ -49,3 +49,10 @@ class Parts:
     ledger: PromptLedger
     metrics: RunMetrics
     weights: WeightBroadcast = dataclasses.field(default_factory=WeightBroadcast)
+
+
+def unaccounted(row: dict[str, float]) -> float:
+    """Generated episodes whose fate the row does not account for (`observability/fates.py`):
+    0 when every one was trained, went stale, was filtered, dropped or lost, or is held."""
+    fates = ("trained", "stale", "filtered", "dropped", "lost", "held")
+    return row["episodes_generated"] - sum(row[f"episodes_{f}"] for f in fates)

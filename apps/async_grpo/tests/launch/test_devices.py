@@ -127,13 +127,22 @@ def test_the_reference_shares_the_trainers_gpu() -> None:
 
 
 def test_a_reference_away_from_the_trainer_is_refused() -> None:
+    # Not named, it goes with the trainer; named elsewhere, it is refused.
+    assert devices(
+        0,
+        reference=True,
+        launcher="slurm",
+        hosts="t=1,g=1",
+        components="trainer=t,*=g",
+        slurm=SlurmConfig(gpus_per_node=2),
+    ).reference
     with pytest.raises(DeviceError, match="place it on the trainer's host mesh"):
         devices(
             0,
             reference=True,
             launcher="slurm",
             hosts="t=1,g=1",
-            components="trainer=t,*=g",
+            components="trainer=t,reference=g,*=g",
             slurm=SlurmConfig(gpus_per_node=2),
         )
 

@@ -18,7 +18,7 @@ from async_grpo.launch.prepare import prepare
 from async_grpo.observability.metrics import StepRow
 from async_grpo.launch.spawn import Components
 from async_grpo.train import run
-from jobs import keeping, rows
+from jobs import keeping, rows, unaccounted
 from rl_envs.sandbox import Sandbox, SandboxUnavailableError
 
 pytestmark = pytest.mark.slow  # a whole run (or a whole set of processes)
@@ -57,6 +57,7 @@ def test_pattern_run_warms_up_and_survives_a_killed_environment_replica(
     assert dropped > 0, dropped
     assert dropped % cfg.sampling.group_size == 0, dropped
     assert all(r["episodes_dropped"] == 0 for r in got if r["version"] <= 4)
+    assert [unaccounted(r) for r in got] == [0] * len(got)
     assert any("pattern replica 0 died" in x for x in lines), lines
     assert any("pattern replica 0 is back after" in x for x in lines), lines
     # Evaluations ran on the held-out pattern tasks, group_size episodes each.

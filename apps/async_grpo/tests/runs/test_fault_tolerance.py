@@ -35,7 +35,7 @@ from async_grpo.launch.prepare import prepare
 from async_grpo.observability.metrics import StepRow
 from async_grpo.train import run
 from async_grpo.launch.spawn import Components
-from jobs import keeping, rows
+from jobs import keeping, rows, unaccounted
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 pytestmark = pytest.mark.slow  # a whole run (or a whole set of processes)
@@ -181,6 +181,7 @@ def test_a_killed_trainer_is_restored_from_the_last_checkpoint(
     last = rows(tmp_path)[-1]
     assert (last["trainer_restores"], last["steps_redone"]) == (1, 1)
     assert last["restore_s"] > 0
+    assert [unaccounted(r) for r in rows(tmp_path)] == [0] * STEPS  # rolled back: lost
     assert trained(tmp_path) == trained(clean)
     assert_same_state(final_state(tmp_path), final_state(clean))
 
@@ -211,6 +212,7 @@ def test_a_killed_buffer_loses_only_what_it_held(
     last = rows(tmp_path)[-1]
     assert (last["replica_deaths"], last["replica_restarts"]) == (1, 1)
     assert last["episodes_lost"] >= cfg.sampling.group_size  # at least the group held
+    assert [unaccounted(r) for r in rows(tmp_path)] == [0] * STEPS
     assert trained(tmp_path) == trained(clean)  # regenerated, the same episodes
     assert_same_state(final_state(tmp_path), final_state(clean))
 

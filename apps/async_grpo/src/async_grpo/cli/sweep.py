@@ -1,7 +1,8 @@
 """`async-grpo sweep`: the same job from fully synchronous to asynchronous, one report.
 
-Runs the job once per staleness bound (`max_policy_age` 0, 1, 2, 4 by default; 0 is sync:
-generation waits for every new version), each into `<out_dir>/age-<K>/` with its metrics,
+Runs the job once per staleness bound (`max_policy_age` 0, 1, 2, 4 by default; 0 is
+`--mode sync`: one batch of prompts per version, generated on that version's weights), each
+into `<out_dir>/age-<K>/` with its metrics,
 trace and `config.json`, one after another so they do not compete for the cores; then
 writes `<out_dir>/sweep.json` and `<out_dir>/report.html`, whose slider moves between the
 recorded runs.
@@ -65,7 +66,8 @@ def configs(base: RunConfig, ages: Sequence[int], root: Path) -> list[RunConfig]
     out = []
     for age in ages:
         cfg = copy.deepcopy(base)
-        cfg.mode = "async"  # max_policy_age 0 in async mode is the sync schedule
+        # 0 is sync: one batch of prompts per version, generated on that version's weights.
+        cfg.mode = "sync" if age == 0 else "async"
         cfg.buffer.max_policy_age = age
         cfg.out_dir = str(root / f"age-{age}")
         validate(cfg)

@@ -230,6 +230,10 @@ class BufferConfig:
     warmup_episodes: int = 0
     """Episodes collected before the first train step (a warm-up fill); 0: train as soon
     as one batch is there."""
+    drop_uniform_groups: bool = False
+    """Drop a group whose advantages are all zero (its rewards were all equal: it teaches
+    nothing) before it reaches the buffer, so batches fill with groups that teach something
+    (DAPO's dynamic sampling); counted as filtered."""
 
 
 @dataclasses.dataclass

@@ -86,6 +86,11 @@ def validate(cfg: RunConfig) -> None:
             f"sampling.group_size ({s.group_size}): a batch holds whole groups",
         ),
         (
+            cfg.mode == "sync" or cfg.buffer.max_policy_age >= 1,
+            "buffer.max_policy_age 0 in async mode: use --mode sync (the same bound, with "
+            "exactly one batch of prompts generated per version)",
+        ),
+        (
             t.procs <= groups,
             f"trainer.procs ({t.procs}) must be <= the groups per batch "
             f"(trainer.batch_size / sampling.group_size = {groups}): every trainer rank "

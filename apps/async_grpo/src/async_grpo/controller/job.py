@@ -77,7 +77,8 @@ async def run_job(
     ledger = PromptLedger(
         cfg.seed, cfg.generator.prompts_per_call, sync_groups if cfg.mode == "sync" else None
     )
-    gate, weights = StalenessGate(cfg.effective_max_policy_age), WeightBroadcast()
+    gate = StalenessGate(cfg.effective_max_policy_age, batch_groups=sync_groups)
+    weights = WeightBroadcast()
     tasks = TaskSource(cfg.env, cfg.seed) if cfg.env.tasks else None
     recorder = replica_event_recorder(
         cfg, metrics=metrics, ledger=ledger, weights=weights, gate=gate, log=log

@@ -70,6 +70,15 @@ class Held:
 
 
 @dataclasses.dataclass(frozen=True)
+class Stale:
+    """A held group the buffer evicted as too stale: how many versions behind it was, and
+    its response tokens."""
+
+    age: int
+    tokens: int
+
+
+@dataclasses.dataclass(frozen=True)
 class LedgerState:
     """The ledger at a checkpoint's cut: the next new prompt index, the calls to generate
     before any new one, the groups in the buffer, and (sync mode) the version whose batch is
@@ -80,6 +89,8 @@ class LedgerState:
     held: tuple[Held, ...]
     open_version: int
     used: int
+    tokens: tuple[tuple[int, int], ...] = ()
+    """Response tokens of each held group, as (group, tokens)."""
 
 
 class PromptLedger:
@@ -103,19 +114,44 @@ class PromptLedger:
         self._dead: set[str] = set()  # those that died since
         self._open_version, self._used = 0, 0
         self._after: dict[int, Callable[[], None]] = {}  # bookkeeping waiting its turn
+        self._tokens: dict[int, int] = {}  # response tokens of each held group
         self.lost_groups = 0
 
     # ------------------------------------------------------------------ rollouts
 
-    def claim(self, generators: int, draw: Draw | None = None) -> Call | None:
+    @property
+    def sync(self) -> bool:
+        """Sync mode: each version's prompts fill exactly one batch."""
+        return self._quota is not None
+
+    def outstanding(self) -> int:
+        """Groups claimed and not yet trained or gone: in flight in a rollout, or held in
+        the buffer (what the staleness gate's admission window counts)."""
+        flying = sum(
+            1 for call in self._in_flight.values() for i in call.indices if i not in self._early
+        )
+        return flying + len(self._held)
+
+    def held(self) -> int:
+        """Groups in the buffer (or on their way to the trainer in a batch)."""
+        return len(self._held)
+
+    def claim(
+        self, generators: int, draw: Draw | None = None, limit: int | None = None
+    ) -> Call | None:
         """The next call for generators running version `generators`, or None for now (the
-        ledger is frozen for a checkpoint, or in sync mode this version's batch is handed
-        out). Calls to draw again come first."""
-        if self.frozen:
+        ledger is frozen for a checkpoint, in sync mode this version's batch is handed out,
+        or `limit`, the groups the call may have, is 0). Calls to draw again come first (cut
+        to `limit`, the rest kept for later)."""
+        if self.frozen or (limit is not None and limit <= 0):
             return None
         if self._redo and (self._redo[0].version or 0) <= generators:
-            return self._start(self._redo.popleft())
-        count = self._per_call
+            call = self._redo.popleft()
+            if limit is not None and len(call.indices) > limit:
+                self._redo.appendleft(call.only(call.indices[limit:]))
+                call = call.only(call.indices[:limit])
+            return self._start(call)
+        count = self._per_call if limit is None else min(self._per_call, limit)
         version = None
         if self._quota is not None:
             if generators > self._open_version:
@@ -131,10 +167,18 @@ class PromptLedger:
         seed = derive_seed(self._seed, "call", first)
         return self._start(Call(tuple(range(first, first + count)), seed, version, tasks))
 
-    def put(self, call: Call, kept: Sequence[int], version: int, incarnation: str) -> int:
+    def put(
+        self,
+        call: Call,
+        kept: Sequence[int],
+        version: int,
+        incarnation: str,
+        tokens: Mapping[int, int] | None = None,
+    ) -> int:
         """`call`'s rollout put the groups `kept` into the buffer `incarnation` (the others
-        were dropped), all sampled from `version` or newer. Returns the groups lost: all of
-        `kept` when that buffer has died since (they are drawn again), else 0."""
+        were dropped), all sampled from `version` or newer, with `tokens` response tokens
+        per group. Returns the groups lost: all of `kept` when that buffer has died since
+        (they are drawn again), else 0."""
         self._in_flight.pop(call.indices[0], None)
         if self._quota is not None and call.version == self._open_version:
             self._used -= len(call.indices) - len(kept)  # dropped groups are replaced
@@ -150,6 +194,7 @@ class PromptLedger:
         held = Held(call.only(kept), version)
         for index in kept:
             self._held[index] = held
+            self._tokens[index] = (tokens or {}).get(index, 0)
         return 0
 
     def in_order(self, call: Call, action: Callable[[], None]) -> None:
@@ -167,11 +212,14 @@ class PromptLedger:
 
     # ------------------------------------------------------------------ the trainer
 
-    def take(self, groups: Iterable[int]) -> None:
+    def take(self, groups: Iterable[int]) -> int:
         """The trainer took these groups in a batch (possibly before their put's answer
-        was booked: the buffer answers the put and the sample separately)."""
+        was booked: the buffer answers the put and the sample separately). Returns how
+        many of them were taken before their put was booked."""
+        early = 0
         for group in groups:
             held = self._held.pop(group, None)
+            self._tokens.pop(group, None)
             if held is not None:
                 self._taken[group] = held.call
                 continue
@@ -179,13 +227,17 @@ class PromptLedger:
             if flying is not None:
                 self._early.add(group)
                 self._taken[group] = flying
+                early += 1
+        return early
 
-    def batch_taken(self, groups: Iterable[int], trainer_version: int, max_age: int) -> None:
-        """The trainer at `trainer_version` took a batch of these groups; the buffer evicted
-        what it held older than `max_age` versions at the same request (`take`, then
-        `evict_stale`)."""
-        self.take(groups)
-        self.evict_stale(trainer_version, max_age)
+    def batch_taken(self, groups: Iterable[int]) -> int:
+        """The trainer took a batch of these groups (`take`); returns how many it took
+        before their put was booked."""
+        return self.take(groups)
+
+    def taken_early(self, groups: Iterable[int]) -> int:
+        """How many of `groups` (a put's, about to be booked) the trainer already took."""
+        return sum(1 for g in groups if g in self._early)
 
     def untrained(self, groups: Iterable[int]) -> None:
         """The run stopped with a batch of these groups on its way: they, and any group taken
@@ -205,12 +257,15 @@ class PromptLedger:
             self._queue(call)
         self._taken.clear()
 
-    def evict_stale(self, curr_version: int, max_age: int) -> None:
+    def evict_stale(self, curr_version: int, max_age: int) -> list[Stale]:
         """Forgets held groups older than the buffer keeps for `curr_version` (it evicts them
-        at the same request, by the same rule)."""
+        at the same request, by the same rule) and returns them."""
         stale = [g for g, h in self._held.items() if curr_version - h.version > max_age]
+        gone = []
         for group in stale:
-            del self._held[group]
+            held = self._held.pop(group)
+            gone.append(Stale(curr_version - held.version, self._tokens.pop(group, 0)))
+        return gone
 
     # ------------------------------------------------------------------ failures
 
@@ -222,6 +277,7 @@ class PromptLedger:
         for call in _calls_of({g: h.call for g, h in self._held.items()}):
             self._queue(dataclasses.replace(call, recorded=True))
         self._held.clear()
+        self._tokens.clear()
         self.lost_groups += lost
         return lost
 
@@ -254,6 +310,7 @@ class PromptLedger:
             held=tuple(held),
             open_version=self._open_version,
             used=self._used,
+            tokens=tuple((g, self._tokens.get(g, 0)) for h in held for g in h.call.indices),
         )
 
     def load(self, state: LedgerState) -> None:
@@ -263,6 +320,7 @@ class PromptLedger:
         self._in_flight, self._taken, self._after = {}, {}, {}
         self._early = set()
         self._held = {i: h for h in state.held for i in h.call.indices}
+        self._tokens = dict(state.tokens)
         self._open_version, self._used = state.open_version, state.used
 
     # ------------------------------------------------------------------ internals

@@ -62,19 +62,25 @@ async def training_loop(job: Job, warmup: Warmup, record: RecordStep) -> int:
     version = job.gate.trainer
     with tracing.span("warmup", track="train", wait=True):
         await warmup.wait()
+    job.gate.warmup_groups = 0
     next_batch: asyncio.Future[SampledBatch | None] | None = None
     while version < cfg.steps and time.perf_counter() < deadline and not stop.is_set():
-        next_batch = next_batch or _request_batch(job, version)
+        next_batch = next_batch or await _request_batch(job, version)
         with tracing.span("sample_wait", track="train", wait=True, version=version):
             batch = await _unless_stopped(next_batch, stop)
         if batch is None:  # the buffer had none within its wait, or a stop came first
             next_batch = None if next_batch.done() else next_batch
             continue
         episodes, groups = _in_group_order(batch.episodes)
-        ledger.batch_taken(groups, version, cfg.effective_max_policy_age)
+        # Groups taken before their put was booked are counted as generated now.
+        job.metrics.fates.generated += ledger.batch_taken(groups) * cfg.sampling.group_size
+        job.gate.step_started()
         # The next batch is gathered while this one trains, unless a checkpoint follows:
         # its cut must not miss a batch on its way.
-        next_batch = None if job.checkpoints.due(version + 1) else _request_batch(job, version + 1)
+        if not job.checkpoints.due(version + 1):
+            next_batch = await _request_batch(job, version + 1)
+        else:
+            next_batch = None
         ref = None
         if c.reference is not None:  # the KL term's reference log-probs
             with tracing.span("reference", track="train"):
@@ -83,7 +89,8 @@ async def training_loop(job: Job, warmup: Warmup, record: RecordStep) -> int:
             result = await c.trainer.train_step(episodes, ref)  # returns with weights staged
         version = result.version
         ledger.trained(groups)
-        row = job.metrics.step_row(result, episodes, cfg.sampling.group_size)
+        held = ledger.held() * cfg.sampling.group_size
+        row = job.metrics.step_row(result, episodes, cfg.sampling.group_size, held)
         if job.checkpoints.due(version):
             row = job.metrics.held_for_checkpoint(await job.checkpoints.take(job, version))
         record(row, result, groups)
@@ -126,6 +133,8 @@ async def run_loops(job: Job, rollout: Rollout, record: RecordStep) -> int:
     training ends (then the final evaluation); returns the last version. Raises
     `TrainerDied` when the trainer died, whichever loop noticed first."""
     warmup = Warmup(job.cfg.buffer.warmup_episodes)
+    group_size = job.cfg.sampling.group_size
+    job.gate.warmup_groups = -(-warmup.remaining // group_size)  # the fill, in whole groups
     rollouts = [
         asyncio.create_task(rollout_loop(job, rollout, warmup))
         for _ in range(job.cfg.rollout_loops)
@@ -158,8 +167,14 @@ async def run_loops(job: Job, rollout: Rollout, record: RecordStep) -> int:
         await cancel_tasks(tasks)
 
 
-def _request_batch(job: Job, version: int) -> asyncio.Future[SampledBatch | None]:
-    """Asks the buffer for a batch for the trainer at `version`; waits at most 1 s there."""
+async def _request_batch(job: Job, version: int) -> asyncio.Future[SampledBatch | None]:
+    """Asks the buffer for a batch for the trainer at `version` (it waits at most 1 s there).
+    The buffer evicts what is too stale for `version` at this request: so does the ledger,
+    counting them, which frees room in the admission window."""
+    group_size = job.cfg.sampling.group_size
+    for stale in job.ledger.evict_stale(version, job.cfg.effective_max_policy_age):
+        job.metrics.fates.record_stale(group_size, stale.age, stale.tokens)
+    await job.gate.notify()
     buffer = job.components.buffer.endpoint(BufferActor.sample_wait)
     return asyncio.ensure_future(buffer.route(version, job.cfg.trainer.batch_size, 1.0))
 

@@ -156,6 +156,9 @@ async def restore_trainer(job: Job, reason: str) -> None:
     faults.steps_redone += max(0, died_at - cut.version)
     lost = max(0, generated - job.metrics.episodes_generated)
     faults.episodes_lost += lost
+    # Those episodes were generated, and are lost: the count of generated ones keeps them
+    # (every generated episode has one fate; their prompts are generated and counted again).
+    job.metrics.fates.generated = generated
     redone = ""
     if died_at == cut.version + 1:
         redone = f"; step {died_at} is trained again"

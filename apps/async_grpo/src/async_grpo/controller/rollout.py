@@ -28,7 +28,11 @@ from async_grpo.controller.broadcast import WeightBroadcast
 from async_grpo.controller.context import Job
 from async_grpo.controller.ledger import Call, PromptLedger
 from async_grpo.controller.play import make_encode, play_tasks
-from async_grpo.generation.episodes import records_to_episodes, to_episodes
+from async_grpo.generation.episodes import (
+    drop_uniform_groups,
+    records_to_episodes,
+    to_episodes,
+)
 from async_grpo.generation.multiturn import Encode
 from async_grpo.launch.spawn import Components
 from async_grpo.model.policy import load_tokenizer
@@ -82,7 +86,9 @@ async def rollout_prompts(job: RolloutParts, call: Call) -> int:
     # buffer is full.
     episodes = to_episodes(groups, rewards, iter(call.indices), scale=cfg.trainer.advantage_scale)
     bookkeeping = lambda: job.metrics.record_episodes(completions, targets, rewards)  # noqa: E731
-    return await put_episodes(job, call, call.indices, episodes, bookkeeping)
+    return await put_episodes(
+        job, call, call.indices, episodes, bookkeeping, generated=len(completions)
+    )
 
 
 async def rollout_env(job: RolloutParts, call: Call, encode: Encode) -> int:
@@ -103,8 +109,11 @@ async def rollout_env(job: RolloutParts, call: Call, encode: Encode) -> int:
         scale=cfg.trainer.advantage_scale,
         turn_discount=cfg.env.turn_discount if cfg.env.credit == "turn" else None,
     )
-    bookkeeping = lambda: job.metrics.record_played(groups, dropped)  # noqa: E731
-    return await put_episodes(job, call, kept, episodes, bookkeeping)
+    bookkeeping = lambda: job.metrics.record_played(groups)  # noqa: E731
+    played = sum(len(g) for g in groups)
+    return await put_episodes(
+        job, call, kept, episodes, bookkeeping, generated=played, dropped=dropped
+    )
 
 
 async def put_episodes(
@@ -113,17 +122,38 @@ async def put_episodes(
     kept: Sequence[int],
     episodes: list[Episode],
     bookkeeping: Callable[[], None],
+    *,
+    generated: int,
+    dropped: int = 0,
 ) -> int:
     """The end of every rollout: the groups `kept` of `call` (`episodes`) into the buffer,
     the ledger told where they are, and `bookkeeping` (its episodes into the metrics) run in
-    prompt order. Returns the episodes put there."""
+    prompt order. With `buffer.drop_uniform_groups` a group whose every advantage is zero
+    is dropped here instead (filtered). Counts the `generated` episodes (`dropped` of them
+    in groups with a failed episode) where they went (`observability/fates.py`). Returns
+    the episodes put there."""
+    fates, group_size = job.metrics.fates, job.cfg.sampling.group_size
+    filtered = 0
+    if job.cfg.buffer.drop_uniform_groups:
+        episodes, useless = drop_uniform_groups(episodes)
+        filtered = len(useless) * group_size
+        kept = [g for g in kept if g not in useless]
+    tokens: dict[int, int] = {}
+    for e in episodes:
+        assert isinstance(e.group_id, int)
+        tokens[e.group_id] = tokens.get(e.group_id, 0) + len(e.response_ids)
     incarnation = ""
     if episodes:
         with tracing.span("put", track="rollout", episodes=len(episodes)):
             incarnation = await job.components.buffer.endpoint(BufferActor.put).route(episodes)
     version = min((e.policy_version for e in episodes), default=0)
     # Groups a buffer took just before it died are lost with it (and drawn again).
-    lost = job.ledger.put(call, kept, version, incarnation)
-    job.metrics.faults.episodes_lost += lost * job.cfg.sampling.group_size
+    # Counted with the put's booking, not before its wait for room: a row in between sees
+    # neither. Groups the trainer took before this answer came were counted then.
+    fates.generated += generated - job.ledger.taken_early(kept) * group_size
+    fates.filtered += filtered
+    job.metrics.episodes_dropped += dropped
+    lost = job.ledger.put(call, kept, version, incarnation, tokens)
+    job.metrics.faults.episodes_lost += lost * group_size
     job.ledger.in_order(call, bookkeeping)
     return len(episodes)

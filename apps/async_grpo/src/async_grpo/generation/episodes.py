@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 import torch
-from replay_buffer import Episode
+from replay_buffer import Episode, GroupId
 from rl_envs import tokenize_episode
 
 from async_grpo.config.schema import AdvantageScale
@@ -122,3 +122,22 @@ def records_to_episodes(
             )
             k += 1
     return episodes, dropped
+
+
+def teaches_nothing(episode: Episode) -> bool:
+    """Every advantage of `episode` is zero: its group's returns were all equal."""
+    if episode.token_advantages is None:
+        return episode.advantage == 0.0
+    return not bool(episode.token_advantages.any())
+
+
+def drop_uniform_groups(episodes: Sequence[Episode]) -> tuple[list[Episode], set[GroupId]]:
+    """`episodes` without the groups in which every episode teaches nothing (DAPO's dynamic
+    sampling), and the ids of those groups."""
+    by_group: dict[GroupId | None, list[Episode]] = {}
+    for e in episodes:
+        by_group.setdefault(e.group_id, []).append(e)
+    useless = {
+        g for g, members in by_group.items() if g is not None and all(map(teaches_nothing, members))
+    }
+    return [e for e in episodes if e.group_id not in useless], useless

@@ -108,7 +108,8 @@ def parse_hosts(spec: str, launcher: Launcher = "local") -> dict[str, int]:
 
 def parse_components(spec: str, meshes: Mapping[str, int]) -> dict[str, tuple[str, ...]]:
     """ "trainer=a,generator=b+c,*=c" -> every component's meshes. A component not named
-    goes where `*` says, else to the first mesh. Unknown components and meshes are errors;
+    goes where `*` says, else to the first mesh; the reference model, not named, goes with
+    the trainer. Unknown components and meshes are errors;
     whether one component may run on several meshes is `plan_placement`'s to check."""
     named: dict[str, tuple[str, ...]] = {}
     for part in (p.strip() for p in spec.split(",") if p.strip()):
@@ -138,7 +139,11 @@ def parse_components(spec: str, meshes: Mapping[str, int]) -> dict[str, tuple[st
             raise PlacementError(f"placement.components: {part!r} names a host mesh twice")
         named[who] = names
     rest = named.pop("*", (next(iter(meshes)),))
-    return {c: named.get(c, rest) for c in COMPONENTS}
+    placed = {c: named.get(c, rest) for c in COMPONENTS}
+    if "reference" not in named:
+        # Not named: with the trainer, whose GPU it shares (`launch/devices.py`).
+        placed["reference"] = placed["trainer"]
+    return placed
 
 
 def plan_placement(placement: PlacementConfig, demands: Mapping[str, Demand]) -> PlacementPlan:

@@ -67,6 +67,7 @@ class Reporter:
             f"step {row.version:4d} | reward({self.cfg.window}) "
             f"{row.reward_window:.3f} exact {row.exact_window:.2f} | {evals} | "
             f"{row.episodes_per_s:.0f} ep/s {row.tokens_per_s:.0f} tok/s | "
+            f"trained {_share(row.episodes_trained, row.episodes_generated)} of generated | "
             f"trainer idle {row.trainer_idle_frac:.0%} | sync {row.weight_sync_s * 1e3:.0f} ms | "
             f"stale {row.staleness_mean:.2f} | loss {row.loss:+.3f} | "
             f"uniform groups {row.uniform_groups:.0%} | entropy {row.entropy:.2f} | "
@@ -134,3 +135,7 @@ def print_summary(s: Summary, window: int, metrics_path: str) -> None:
         f"trainer idle {s.trainer_idle_frac:.0%}\n"
         f"metrics: {metrics_path}"
     )
+
+
+def _share(part: int, whole: int) -> str:
+    return f"{part / whole:.0%}" if whole else "-"

@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING
 from replay_buffer import Episode
 
 from async_grpo.generation.decoding import Completion
+from async_grpo.generation.episodes import teaches_nothing
 from async_grpo.generation.multiturn import PlayedEpisode, policy_text, policy_version, turn_ids
+from async_grpo.observability.fates import Fates
 from async_grpo.tasks.rewards import exact_match
 
 if TYPE_CHECKING:
@@ -96,6 +98,19 @@ class StepRow:
     weight_sync_transport: str = ""
     """How the last weight sync's bytes reached the generators: "shm" (same machine), "rdma"
     (another machine), or both joined by "+" (`weight_sync.WeightSync.transport`)."""
+    episodes_stale: int = 0
+    """Where generated episodes went besides training (`fates.py`: generated = trained +
+    stale + filtered + dropped + lost + held): evicted as older than `max_policy_age`..."""
+    episodes_filtered: int = 0
+    """... in a group whose rewards were all equal, dropped before the buffer ..."""
+    episodes_held: int = 0
+    """... and in the buffer, or taken for the next step, now."""
+    stale_age_mean: float = 0.0
+    """Versions behind the trainer the stale episodes were when evicted."""
+    response_tokens_trained: float = 0.0
+    """Mean response tokens of the trained episodes, and ..."""
+    response_tokens_stale: float = 0.0
+    """... of the stale ones: a staleness rule that starves long rollouts shows here."""
 
 
 @dataclasses.dataclass
@@ -124,18 +139,12 @@ class Shown:
     policy_version: int
 
 
-def _teaches_nothing(e: Episode) -> bool:
-    if e.token_advantages is None:
-        return e.advantage == 0.0
-    return not bool(e.token_advantages.any())
-
-
 def batch_diagnostics(episodes: Sequence[Episode], group_size: int) -> tuple[float, float]:
     """(fraction of groups in which every advantage is zero, mean behaviour log-prob per
     policy token) of a trained batch of whole groups, consecutive episodes sharing a group.
     Environment tokens of a multi-turn episode (outside its `loss_mask`) are not counted."""
     groups = [episodes[i : i + group_size] for i in range(0, len(episodes), group_size)]
-    uniform = sum(all(_teaches_nothing(e) for e in g) for g in groups) / max(1, len(groups))
+    uniform = sum(all(map(teaches_nothing, g)) for g in groups) / max(1, len(groups))
     tokens = sum(e.num_policy_tokens for e in episodes)
     logprob = sum(_policy_logprob_sum(e) for e in episodes) / max(1, tokens)
     return uniform, logprob
@@ -155,9 +164,9 @@ class RunMetrics:
         self.rewards: collections.deque[float] = collections.deque(maxlen=window)
         self.exact: collections.deque[float] = collections.deque(maxlen=window)
         self.recent: collections.deque[Shown] = collections.deque(maxlen=64)
-        self.episodes_generated = 0
+        self.fates = Fates()
         self.tokens_generated = 0
-        self.episodes_trained = 0
+        self.trained_at_first_step = 0
         self.trainer_busy_s = 0.0
         self.first_step_end: float | None = None
         self.tokens_at_first_step = 0
@@ -178,11 +187,10 @@ class RunMetrics:
             self.exact.append(exact_match(comp.text, target))
             self.recent.append(Shown(comp.prompt, comp.text, reward, comp.policy_version))
             self.tokens_generated += len(comp.response_ids)
-        self.episodes_generated += len(completions)
 
-    def record_played(self, groups: Sequence[Sequence[PlayedEpisode]], dropped: int) -> None:
+    def record_played(self, groups: Sequence[Sequence[PlayedEpisode]]) -> None:
         """Counts a multi-turn play: the completed episodes' returns enter the window
-        (`exact` is 1 for a full return), `dropped` episodes are counted as such."""
+        (`exact` is 1 for a full return)."""
         for record in (r for g in groups for r in g if r.ok):
             self.rewards.append(record.reward)
             self.exact.append(float(record.reward >= 1.0 - 1e-9))
@@ -193,8 +201,14 @@ class RunMetrics:
             self.tokens_generated += sum(
                 len(turn_ids(s.payload)) for s in record.segments if s.payload
             )
-            self.episodes_generated += 1
-        self.episodes_dropped += dropped
+
+    @property
+    def episodes_generated(self) -> int:
+        return self.fates.generated
+
+    @property
+    def episodes_trained(self) -> int:
+        return self.fates.trained
 
     def examples(self, count: int) -> list[Shown]:
         """The newest scored responses, at most one per prompt, newest first."""
@@ -221,13 +235,15 @@ class RunMetrics:
     def exact_window(self) -> float:
         return sum(self.exact) / max(1, len(self.exact))
 
-    def record_step(self, episodes: int, busy_s: float) -> None:
+    def record_step(self, episodes: Sequence[Episode], busy_s: float) -> None:
         now = time.perf_counter()
+        self.fates.trained += len(episodes)
+        self.fates.trained_tokens += sum(len(e.response_ids) for e in episodes)
         if self.first_step_end is None:
             self.first_step_end = now
             self.tokens_at_first_step = self.tokens_generated
+            self.trained_at_first_step = self.fates.trained
             return
-        self.episodes_trained += episodes
         self.trainer_busy_s += busy_s
 
     def rates(self) -> tuple[float, float, float]:
@@ -237,13 +253,14 @@ class RunMetrics:
         span = max(1e-9, time.perf_counter() - self.first_step_end)
         tokens = self.tokens_generated - self.tokens_at_first_step
         idle = 1.0 - min(1.0, self.trainer_busy_s / span)
-        return self.episodes_trained / span, tokens / span, idle
+        return (self.fates.trained - self.trained_at_first_step) / span, tokens / span, idle
 
     def step_row(
-        self, result: TrainResult, episodes: Sequence[Episode], group_size: int
+        self, result: TrainResult, episodes: Sequence[Episode], group_size: int, held: int = 0
     ) -> StepRow:
-        """Records the step `result` trained on `episodes` and returns its row."""
-        self.record_step(len(episodes), result.train_s + result.publish_s)
+        """Records the step `result` trained on `episodes` and returns its row (`held`:
+        episodes in the buffer, or on their way to the trainer, now)."""
+        self.record_step(episodes, result.train_s + result.publish_s)
         eps, tps, idle = self.rates()
         # Versions behind the weights that trained on them (0 = on-policy).
         ages = [result.version - 1 - e.policy_version for e in episodes]
@@ -280,6 +297,12 @@ class RunMetrics:
             checkpoint_s=0.0,
             weight_sync_transport=self.last_sync_transport,
             **dataclasses.asdict(self.faults),
+            episodes_stale=self.fates.stale,
+            episodes_filtered=self.fates.filtered,
+            episodes_held=held,
+            stale_age_mean=self.fates.stale_age_mean,
+            response_tokens_trained=self.fates.trained_tokens_mean,
+            response_tokens_stale=self.fates.stale_tokens_mean,
         )
         return self.last_row
 
@@ -299,9 +322,9 @@ class RunMetrics:
             rewards=tuple(self.rewards),
             exact=tuple(self.exact),
             recent=tuple(self.recent),
-            episodes_generated=self.episodes_generated,
+            episodes_generated=self.fates.generated,
             tokens_generated=self.tokens_generated,
-            episodes_trained=self.episodes_trained,
+            episodes_trained=self.fates.trained,
             trainer_busy_s=self.trainer_busy_s,
             first_step_end_s=None if first is None else first - self.start,
             tokens_at_first_step=self.tokens_at_first_step,
@@ -312,6 +335,8 @@ class RunMetrics:
             start_reward=self.start_reward,
             reached_09=self.reached_09,
             last_row=self.last_row,
+            fates=dataclasses.replace(self.fates),
+            trained_at_first_step=self.trained_at_first_step,
         )
 
     def restore(self, state: MetricsState, *, keep_faults: bool = False) -> None:
@@ -322,9 +347,11 @@ class RunMetrics:
         self.rewards = collections.deque(state.rewards, maxlen=self.rewards.maxlen)
         self.exact = collections.deque(state.exact, maxlen=self.exact.maxlen)
         self.recent = collections.deque(state.recent, maxlen=self.recent.maxlen)
-        self.episodes_generated = state.episodes_generated
+        self.fates = dataclasses.replace(
+            state.fates, generated=state.episodes_generated, trained=state.episodes_trained
+        )
         self.tokens_generated = state.tokens_generated
-        self.episodes_trained = state.episodes_trained
+        self.trained_at_first_step = state.trained_at_first_step
         self.trainer_busy_s = state.trainer_busy_s
         first = state.first_step_end_s
         self.first_step_end = None if first is None else self.start + first
@@ -362,3 +389,6 @@ class MetricsState:
     start_reward: float | None
     reached_09: tuple[int, float] | None
     last_row: StepRow | None
+    fates: Fates = dataclasses.field(default_factory=Fates)
+    """Where episodes went (generated and trained are the two fields above)."""
+    trained_at_first_step: int = 0

@@ -128,16 +128,23 @@ def _configured_age(config: dict[str, Any] | None) -> int | None:
 
 def summarize(run: RunData) -> dict[str, float | None]:
     """The numbers the page shows for a run (None where the run has no data for one):
-    steady-state busy shares, trained episodes/s at the last step, the share of generated
-    episodes that were trained on (the rest were dropped as too stale or left over), mean
+    steady-state busy shares, trained episodes/s at the last step, where the generated
+    episodes went (trained, dropped as too stale, filtered / dropped / lost, held), mean
     staleness over the steps, the final windowed reward and evaluation."""
     rows, last = run.rows, (run.rows[-1] if run.rows else {})
     util = utilization(run.trace) if run.trace is not None else {}
     stale = [float(r["staleness_mean"]) for r in rows if r.get("staleness_mean") is not None]
+    generated = last.get("episodes_generated")
     stats = {
         "max_policy_age": run.max_policy_age,
         "episodes_per_s": last.get("episodes_per_s"),
-        "trained_share": _ratio(last.get("episodes_trained"), last.get("episodes_generated")),
+        "trained_share": _ratio(last.get("episodes_trained"), generated),
+        "stale_share": _ratio(last.get("episodes_stale"), generated),
+        "other_share": _ratio(
+            sum(float(last.get(f"episodes_{k}", 0) or 0) for k in ("filtered", "dropped", "lost")),
+            generated,
+        ),
+        "held_share": _ratio(last.get("episodes_held"), generated),
         "generator_busy": util["generator"].overall if "generator" in util else None,
         "trainer_busy": util["trainer"].overall if "trainer" in util else None,
         "staleness_mean": sum(stale) / len(stale) if stale else None,
@@ -164,6 +171,9 @@ FORMATS = {
     "max_policy_age": "{:.0f}",
     "episodes_per_s": "{:.1f}",
     "trained_share": "{:.0%}",
+    "stale_share": "{:.0%}",
+    "other_share": "{:.0%}",
+    "held_share": "{:.0%}",
     "generator_busy": "{:.0%}",
     "trainer_busy": "{:.0%}",
     "staleness_mean": "{:.2f}",

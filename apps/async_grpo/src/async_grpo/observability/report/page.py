@@ -50,6 +50,12 @@ PAGE = """<!DOCTYPE html>
     <div class="v" id="stat-episodes_per_s"></div></div>
   <div class="card"><div class="k">generated episodes trained on</div>
     <div class="v" id="stat-trained_share"></div></div>
+  <div class="card"><div class="k">... dropped as too stale</div>
+    <div class="v" id="stat-stale_share"></div></div>
+  <div class="card"><div class="k">... filtered, dropped or lost</div>
+    <div class="v" id="stat-other_share"></div></div>
+  <div class="card"><div class="k">... held at the end</div>
+    <div class="v" id="stat-held_share"></div></div>
   <div class="card"><div class="k">generator busy</div>
     <div class="v" id="stat-generator_busy"></div></div>
   <div class="card"><div class="k">trainer busy</div>
