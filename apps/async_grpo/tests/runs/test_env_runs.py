@@ -11,12 +11,10 @@ from pathlib import Path
 
 import pytest
 from async_grpo.actors.trainer import TrainResult
-from async_grpo.config.args import apply_overrides
 from async_grpo.config.presets import calculator, pattern
-from async_grpo.config.schema import ConfigError
 from async_grpo.launch.prepare import prepare
-from async_grpo.observability.metrics import StepRow
 from async_grpo.launch.spawn import Components
+from async_grpo.observability.metrics import StepRow
 from async_grpo.train import run
 from jobs import keeping, rows, unaccounted
 from rl_envs.sandbox import Sandbox, SandboxUnavailableError
@@ -43,7 +41,9 @@ def test_pattern_run_warms_up_and_survives_a_killed_environment_replica(
 
     lines: list[str] = []
     metrics = asyncio.run(
-        run(cfg, prepare(cfg), quiet=True, on_step=on_step, log=lines.append, spawn=keeping(started))
+        run(
+            cfg, prepare(cfg), quiet=True, on_step=on_step, log=lines.append, spawn=keeping(started)
+        )
     ).metrics
 
     assert killed

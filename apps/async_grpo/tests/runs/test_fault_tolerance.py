@@ -25,16 +25,16 @@ from typing import Any
 import pytest
 import torch
 from async_grpo.actors.trainer import TrainResult
-from async_grpo.controller import cut
 from async_grpo.cli.main import main
 from async_grpo.config.args import apply_overrides
 from async_grpo.config.presets import tiny
 from async_grpo.config.schema import RunConfig
+from async_grpo.controller import cut
 from async_grpo.controller.ledger import Call, PromptLedger
 from async_grpo.launch.prepare import prepare
+from async_grpo.launch.spawn import Components
 from async_grpo.observability.metrics import StepRow
 from async_grpo.train import run
-from async_grpo.launch.spawn import Components
 from jobs import keeping, rows, unaccounted
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
@@ -170,7 +170,9 @@ def test_a_killed_trainer_is_restored_from_the_last_checkpoint(
             os.kill(started[0].trainer.pid_list[0], signal.SIGKILL)
 
     asyncio.run(
-        run(cfg, prepare(cfg), quiet=True, on_step=on_step, log=lines.append, spawn=keeping(started))
+        run(
+            cfg, prepare(cfg), quiet=True, on_step=on_step, log=lines.append, spawn=keeping(started)
+        )
     )
     died = [x for x in lines if x.startswith("[trainer died:")]
     back = [x for x in lines if x.startswith("[trainer is back at version 4 after")]

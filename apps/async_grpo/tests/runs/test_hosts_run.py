@@ -18,8 +18,8 @@ from async_grpo.actors.trainer import TrainResult
 from async_grpo.config.placement import PlacementConfig, three_local_hosts
 from async_grpo.config.presets import tiny
 from async_grpo.launch.prepare import prepare
-from async_grpo.observability.metrics import StepRow
 from async_grpo.launch.spawn import Components
+from async_grpo.observability.metrics import StepRow
 from async_grpo.train import run
 from jobs import keeping, rows
 
@@ -107,7 +107,9 @@ def test_a_dead_host_s_replicas_come_back_on_the_surviving_host(
         print(line)  # shown when the test fails
         lines.append(line)
 
-    asyncio.run(run(cfg, prepare(cfg), quiet=True, on_step=on_step, log=log, spawn=keeping(started)))
+    asyncio.run(
+        run(cfg, prepare(cfg), quiet=True, on_step=on_step, log=log, spawn=keeping(started))
+    )
 
     assert killed
     got = rows(tmp_path)

@@ -94,7 +94,8 @@ def test_groups_that_teach_nothing_are_filtered_and_replaced(tmp_path: Path) -> 
     assert all(r["uniform_groups"] == 0.0 for r in rows)  # none reached a batch
     assert rows[-1]["episodes_filtered"] > 0  # a random model's groups often are uniform
     assert rows[-1]["episodes_trained"] == 3 * cfg.trainer.batch_size
-    assert rows[-1]["episodes_generated"] == 3 * cfg.trainer.batch_size + (
-        rows[-1]["episodes_filtered"]
+    assert (
+        rows[-1]["episodes_generated"]
+        == 3 * cfg.trainer.batch_size + (rows[-1]["episodes_filtered"])
     )
     assert [unaccounted(r) for r in rows] == [0] * 3

@@ -15,9 +15,9 @@ from async_grpo.actors.trainer import TrainResult
 from async_grpo.config.presets import tiny
 from async_grpo.config.schema import ModelConfig, SamplingConfig
 from async_grpo.launch.prepare import prepare
+from async_grpo.launch.spawn import Components
 from async_grpo.model.policy import load_policy
 from async_grpo.observability.metrics import StepRow
-from async_grpo.launch.spawn import Components
 from async_grpo.train import run
 from jobs import keeping, rows
 from rdma_tensor import Publisher
@@ -43,7 +43,9 @@ def test_a_killed_generator_is_reported_and_counted(
 
     lines: list[str] = []
     asyncio.run(
-        run(cfg, prepare(cfg), quiet=True, on_step=on_step, log=lines.append, spawn=keeping(started))
+        run(
+            cfg, prepare(cfg), quiet=True, on_step=on_step, log=lines.append, spawn=keeping(started)
+        )
     )
 
     assert killed

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -22,7 +20,6 @@ from async_grpo.launch.prepare import prepare
 from async_grpo.observability.report.build import load_run, summarize, write_report
 from async_grpo.tracing.files import load_trace
 from async_grpo.train import run
-
 from synthetic_runs import assert_well_formed
 
 pytestmark = pytest.mark.slow  # a whole run (or a whole set of processes)

@@ -120,9 +120,7 @@ def test_sharded_trainer_weights_reach_the_generator_bit_for_bit(tmp_path: Path)
             # shards) loads into one process: a run may resume with another trainer.procs.
             await c.trainer.save(tmp_path / "ckpt")
             await c.trainer.saved()
-            restored = await spawn_trainer(
-                single_cfg, prep, c.procs, c.hosts, tmp_path / "ckpt"
-            )
+            restored = await spawn_trainer(single_cfg, prep, c.procs, c.hosts, tmp_path / "ckpt")
             assert (await restored.publish_initial()).version == STEPS
             full, back = await c.trainer.full_weights(), await restored.full_weights()
             assert all(torch.equal(bits(back[n]), bits(full[n])) for n in full)
