@@ -18,6 +18,9 @@ from async_grpo.config.placement import PlacementConfig
 
 ImportanceMode = Literal["clip", "truncate"]
 
+DataFormat = Literal["jsonl", "gsm8k", "math"]
+"""How a dataset's rows hold a prompt and its target (`tasks.formats`)."""
+
 
 AdvantageScale = Literal["std", "mean", "none"]
 """What a group's centred rewards are divided by: "std" their standard deviation (GRPO),
@@ -75,7 +78,8 @@ class ModelConfig:
 
 @dataclasses.dataclass
 class DataConfig:
-    """Prompts: a generated `task`, or a local JSONL `path`, or a Hugging Face `hf_name`."""
+    """Prompts: a generated `task`, or a local JSONL `path`, or a Hugging Face `hf_name`, in
+    `format`."""
 
     task: Literal["count", "arithmetic"] = "count"
     """Generated prompts when neither `path` nor `hf_name` is set."""
@@ -93,6 +97,10 @@ class DataConfig:
     """Key (JSONL) or column (HF) holding the prompt."""
     target_key: str = "target"
     """Key (JSONL) or column (HF) holding the expected answer."""
+    format: DataFormat = "jsonl"
+    """How a row holds its prompt and target: jsonl (`prompt_key` / `target_key` as they
+    are), gsm8k (`question`, and `answer`'s text after `####`) or math (`problem`, and the
+    last `\\boxed{...}` of `solution`); see `tasks.formats`."""
 
 
 @dataclasses.dataclass

@@ -76,6 +76,10 @@ def validate(cfg: RunConfig) -> None:
             "data.path and data.hf_name are both set; give one dataset",
         ),
         (
+            d.format == "jsonl" or bool(d.path or d.hf_name),
+            f"data.format {d.format} reads a dataset: give --data.path FILE (or --data.hf_name)",
+        ),
+        (
             not (cfg.env.tasks and (d.path or d.hf_name)),
             "env.tasks and a dataset (data.path / data.hf_name) are both set; a run trains "
             "on environments or on prompts",

@@ -53,9 +53,9 @@ def load_samples(cfg: RunConfig) -> list[Sample] | None:
         raise ConfigError(f"data.path: {d.path} is a directory, not a JSONL file")
     try:
         if d.path:
-            return load_jsonl(Path(d.path), d.prompt_key, d.target_key)
+            return load_jsonl(Path(d.path), d.prompt_key, d.target_key, d.format)
         if d.hf_name:
-            return load_hf_dataset(d.hf_name, d.hf_split, d.prompt_key, d.target_key)
+            return load_hf_dataset(d.hf_name, d.hf_split, d.prompt_key, d.target_key, fmt=d.format)
     except (OSError, ValueError, RuntimeError) as e:
         raise ConfigError(f"{key}: {_reason(e)}") from None
     return None
