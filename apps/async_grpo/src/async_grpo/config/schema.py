@@ -252,6 +252,19 @@ class CheckpointConfig:
 
 
 @dataclasses.dataclass
+class MetricsConfig:
+    """Where a run's rows go besides `<out_dir>/metrics.jsonl` (and TensorBoard, when
+    `tensorboard` is installed)."""
+
+    wandb: str = ""
+    """Weights & Biases project to log the run to: its rows, its config and, at the end, its
+    report (needs `uv sync --extra wandb`); empty: none."""
+    wandb_mode: Literal["auto", "online", "offline"] = "auto"
+    """online: sent to the W&B server as the run goes; offline: kept in `<out_dir>/wandb/`
+    (`wandb sync` uploads it later); auto: W&B's own choice (`WANDB_MODE`, else online)."""
+
+
+@dataclasses.dataclass
 class RunConfig:
     """A whole run: every component's settings and the loop's."""
 
@@ -264,6 +277,7 @@ class RunConfig:
     trainer: TrainerConfig = dataclasses.field(default_factory=TrainerConfig)
     buffer: BufferConfig = dataclasses.field(default_factory=BufferConfig)
     checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
+    metrics: MetricsConfig = dataclasses.field(default_factory=MetricsConfig)
     placement: PlacementConfig = dataclasses.field(default_factory=PlacementConfig)
     """Which host mesh each component runs on, and the launcher that starts the hosts."""
     mode: Literal["async", "sync"] = "async"
