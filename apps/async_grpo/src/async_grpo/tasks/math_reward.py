@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import select
 import subprocess
 import sys
@@ -104,7 +105,7 @@ class MathWorker:
         try:
             self._proc.stdin.write(json.dumps([response, target]) + "\n")
             self._proc.stdin.flush()
-        except BrokenPipeError:  # it died since the check above: that answer's doing
+        except BrokenPipeError:  # it died after the check above (killed, out of memory)
             line = None
         else:
             line = self._read(self.deadline_s)
@@ -134,7 +135,10 @@ class MathWorker:
 
 def _serve(timeout_s: int) -> None:
     """The child: one JSON `[response, target]` a line in, one score a line out."""
-    out, sys.stdout = sys.stdout, sys.stderr  # a stray print must not answer for a score
+    # Scores go out on a copy of the standard output; anything else written there, by C
+    # code included, goes to the standard error instead of answering for a score.
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
     # Loaded before "ready": the first call's deadline should not pay for sympy's import.
     import math_verify  # type: ignore[import-untyped,unused-ignore]  # noqa: F401, PLC0415
 
