@@ -130,14 +130,14 @@ def test_worker_past_its_deadline_is_killed_and_replaced(
 ) -> None:
     # A check no signal can interrupt (one long call into C) looks like this from outside:
     # a process that does not answer. A stopped one does not either.
-    worker = MathWorker(timeout_s=1, deadline_s=2.0)
+    worker = MathWorker(timeout_s=1, deadline_s=5.0)
     try:
         pid = worker.pid
         assert pid is not None
         os.kill(pid, signal.SIGSTOP)
         start = time.perf_counter()
         assert worker("\\boxed{18}", "18") == 0.0
-        assert 2.0 <= time.perf_counter() - start < 10
+        assert 5.0 <= time.perf_counter() - start < 15
         assert worker.killed == 1
         assert worker.pid is None
         with pytest.raises(ProcessLookupError):
