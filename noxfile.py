@@ -46,7 +46,7 @@ MEMBERS = {
 # Extras a member's own sessions install, so its optional features are checked too.
 MEMBER_EXTRAS: dict[str, tuple[str, ...]] = {
     "rl-envs": ("--extra", "openenv"),
-    "async-grpo": ("--extra", "openenv"),
+    "async-grpo": ("--extra", "openenv", "--extra", "wandb"),
 }
 
 nox.options.sessions = [

@@ -8,8 +8,9 @@ benchmarks start it.
     print(summary.reward_end, summary.metrics.evals[-1].reward)
 
 It checks and prepares the config (`launch.prepare`) unless given what was prepared, clears
-or refuses the output directory, writes `<out_dir>/config.json`, records every process's
-spans with `cfg.trace`, runs the job (`controller.job.run_job`) and returns its summary.
+or refuses the output directory, starts the run's W&B run with `cfg.metrics.wandb`, writes
+`<out_dir>/config.json`, records every process's spans with `cfg.trace`, runs the job
+(`controller.job.run_job`) and returns its summary.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from async_grpo.launch.spawn import spawn_components
 from async_grpo.observability.console import Reporter, Summary
 from async_grpo.observability.metrics import RunMetrics, StepRow
 from async_grpo.observability.sink import MetricsSink
+from async_grpo.observability.wandb_run import WandbRun
 
 
 async def run(
@@ -63,7 +65,8 @@ async def run(
     # one's checkpoints go.
     if resume is None and (replaced := start_fresh(out_dir)):
         log(f"[a new run in {out_dir}: the finished run's checkpoints removed ({len(replaced)})]")
-    sink = MetricsSink(out_dir)
+    wandb = WandbRun(cfg, out_dir, resume=resume is not None) if cfg.metrics.wandb else None
+    sink = MetricsSink(out_dir, wandb)
     (out_dir / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), default=str))
     metrics = RunMetrics(cfg.window)
     reporter = Reporter(cfg, metrics, quiet)
@@ -75,14 +78,17 @@ async def run(
 
     stop = StopRequest()
     restore = _stop_on_signals(stop, reporter.quiet)
+    failed = True
     try:
         with tracing.session(out_dir, enabled=cfg.trace):
             await run_job(
                 cfg, prep, sink, step_done, metrics, log=log, resume=resume, stop=stop, spawn=spawn
             )
+        failed = False
     finally:
         restore()
-        sink.close()
+        # After the trace is merged: a W&B run's report is written from it.
+        sink.close(failed=failed)
     return reporter.summary(stop.signal)
 
 

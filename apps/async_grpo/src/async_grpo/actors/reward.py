@@ -5,7 +5,8 @@ from __future__ import annotations
 from monarch.actor import Actor, endpoint
 
 from async_grpo import tracing
-from async_grpo.tasks.rewards import combined, parse_weights
+from async_grpo.tasks.math_reward import MathWorker
+from async_grpo.tasks.rewards import REWARDS, combined, parse_weights
 
 
 class RewardActor(Actor):
@@ -13,7 +14,13 @@ class RewardActor(Actor):
 
     def __init__(self, fns: str) -> None:
         tracing.start_from_env("reward")
-        self._score = combined(parse_weights(fns))
+        weights = parse_weights(fns)
+        table = dict(REWARDS)
+        if "math" in weights:
+            # Endpoints run off the main thread, where math-verify's timeouts (signals)
+            # cannot: its checks run in a child process whose main thread they can.
+            table["math"] = MathWorker()
+        self._score = combined(weights, table)
 
     @endpoint
     async def score(self, responses: list[str], targets: list[str]) -> list[float]:

@@ -34,6 +34,7 @@ MAY_CHANGE: tuple[str, ...] = (
     "rollout_loops",
     "max_restarts",
     "checkpoint.",
+    "metrics.",
     "placement.",
     "trainer.procs",
     "generator.replicas",

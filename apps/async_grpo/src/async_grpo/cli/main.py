@@ -46,6 +46,7 @@ from async_grpo.checkpoint.resume import (
 )
 from async_grpo.cli import evaluate, export, sweep
 from async_grpo.config.args import build_config
+from async_grpo.config.schema import ConfigError
 from async_grpo.config.validate import validate
 from async_grpo.controller.cut import Cut, read_cut
 from async_grpo.controller.job import Spawn
@@ -115,6 +116,9 @@ def main(argv: list[str] | None = None, *, spawn: Spawn = spawn_components) -> i
             file=sys.stderr,
         )
         return 130
+    except ConfigError as e:  # refused as it started, before any process (W&B would not start)
+        print(f"async-grpo: error: {e}", file=sys.stderr)
+        return 2
     except Exception as e:  # the run failed in a process, or the controller itself did
         if not isinstance(e, ActorError | NonFiniteError | SupervisionError):
             traceback.print_exc()  # a failure of the controller's own code: show where

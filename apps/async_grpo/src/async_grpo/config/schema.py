@@ -18,6 +18,9 @@ from async_grpo.config.placement import PlacementConfig
 
 ImportanceMode = Literal["clip", "truncate"]
 
+DataFormat = Literal["jsonl", "gsm8k", "math"]
+"""How a dataset's rows hold a prompt and its target (`tasks.formats`)."""
+
 
 AdvantageScale = Literal["std", "mean", "none"]
 """What a group's centred rewards are divided by: "std" their standard deviation (GRPO),
@@ -75,7 +78,8 @@ class ModelConfig:
 
 @dataclasses.dataclass
 class DataConfig:
-    """Prompts: a generated `task`, or a local JSONL `path`, or a Hugging Face `hf_name`."""
+    """Prompts: a generated `task`, or a local JSONL `path`, or a Hugging Face `hf_name`, in
+    `format`."""
 
     task: Literal["count", "arithmetic"] = "count"
     """Generated prompts when neither `path` nor `hf_name` is set."""
@@ -93,6 +97,10 @@ class DataConfig:
     """Key (JSONL) or column (HF) holding the prompt."""
     target_key: str = "target"
     """Key (JSONL) or column (HF) holding the expected answer."""
+    format: DataFormat = "jsonl"
+    """How a row holds its prompt and target: jsonl (`prompt_key` / `target_key` as they
+    are), gsm8k (`question`, and `answer`'s text after `####`) or math (`problem`, and the
+    last `\\boxed{...}` of `solution`); see `tasks.formats`."""
 
 
 @dataclasses.dataclass
@@ -248,6 +256,19 @@ class CheckpointConfig:
 
 
 @dataclasses.dataclass
+class MetricsConfig:
+    """Where a run's rows go besides `<out_dir>/metrics.jsonl` (and TensorBoard, when
+    `tensorboard` is installed)."""
+
+    wandb: str = ""
+    """Weights & Biases project to log the run to: its rows, its config and, at the end, its
+    report (needs `uv sync --extra wandb`); empty: none."""
+    wandb_mode: Literal["auto", "online", "offline"] = "auto"
+    """online: sent to the W&B server as the run goes; offline: kept in `<out_dir>/wandb/`
+    (`wandb sync` uploads it later); auto: W&B's own choice (`WANDB_MODE`, else online)."""
+
+
+@dataclasses.dataclass
 class RunConfig:
     """A whole run: every component's settings and the loop's."""
 
@@ -260,6 +281,7 @@ class RunConfig:
     trainer: TrainerConfig = dataclasses.field(default_factory=TrainerConfig)
     buffer: BufferConfig = dataclasses.field(default_factory=BufferConfig)
     checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
+    metrics: MetricsConfig = dataclasses.field(default_factory=MetricsConfig)
     placement: PlacementConfig = dataclasses.field(default_factory=PlacementConfig)
     """Which host mesh each component runs on, and the launcher that starts the hosts."""
     mode: Literal["async", "sync"] = "async"

@@ -63,6 +63,11 @@ def validate(cfg: RunConfig) -> None:
         ("checkpoint.every", cfg.checkpoint.every >= 1, ">= 1 (train steps between checkpoints)"),
         ("checkpoint.keep", cfg.checkpoint.keep >= 1, ">= 1"),
         ("max_restarts", cfg.max_restarts >= 0, ">= 0"),
+        (
+            "metrics.wandb",
+            not set(cfg.metrics.wandb) & set("/\\#?%:") and len(cfg.metrics.wandb) <= 128,
+            "a W&B project name: at most 128 characters, none of / \\ # ? % :",
+        ),
     ]
     for key, ok, rule in ranges:
         if not ok:
@@ -74,6 +79,10 @@ def validate(cfg: RunConfig) -> None:
         (
             not (d.path and d.hf_name),
             "data.path and data.hf_name are both set; give one dataset",
+        ),
+        (
+            d.format == "jsonl" or bool(d.path or d.hf_name),
+            f"data.format {d.format} reads a dataset: give --data.path FILE (or --data.hf_name)",
         ),
         (
             not (cfg.env.tasks and (d.path or d.hf_name)),

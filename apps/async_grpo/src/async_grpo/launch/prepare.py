@@ -1,6 +1,7 @@
 """Everything checked and built in the controller before any process is spawned: the
-config's ranges, the reward spec, the dataset (a malformed file fails here, with its line
-number), the output directory and the checkpoint directory every process will load.
+config's ranges, the reward spec, W&B installed when asked for, the dataset (a malformed
+file fails here, with its line number), the output directory and the checkpoint directory
+every process will load.
 
 Checks run from the most basic to the most costly, and nothing is written until every
 check has passed: a rejected run leaves no directory behind.
@@ -23,6 +24,7 @@ from async_grpo.launch.launchers import check_launcher
 from async_grpo.launch.placement import Demand, PlacementError, PlacementPlan, plan_placement
 from async_grpo.model.locate import ModelNotFound, locate_model
 from async_grpo.model.policy import built_checkpoint, write_random_checkpoint
+from async_grpo.observability import wandb_run
 from async_grpo.tasks.environments import check_env_config, env_corpus, parse_env_weights
 from async_grpo.tasks.prompts import Sample, corpus_for, load_hf_dataset, load_jsonl
 from async_grpo.tasks.rewards import parse_weights
@@ -53,9 +55,9 @@ def load_samples(cfg: RunConfig) -> list[Sample] | None:
         raise ConfigError(f"data.path: {d.path} is a directory, not a JSONL file")
     try:
         if d.path:
-            return load_jsonl(Path(d.path), d.prompt_key, d.target_key)
+            return load_jsonl(Path(d.path), d.prompt_key, d.target_key, d.format)
         if d.hf_name:
-            return load_hf_dataset(d.hf_name, d.hf_split, d.prompt_key, d.target_key)
+            return load_hf_dataset(d.hf_name, d.hf_split, d.prompt_key, d.target_key, fmt=d.format)
     except (OSError, ValueError, RuntimeError) as e:
         raise ConfigError(f"{key}: {_reason(e)}") from None
     return None
@@ -135,6 +137,8 @@ def prepare(cfg: RunConfig) -> Prepared:
         parse_weights(cfg.reward.fns)
     except ValueError as e:
         raise ConfigError(f"reward.fns: {e}") from None
+    if cfg.metrics.wandb and (problem := wandb_run.missing()):
+        raise ConfigError(f"metrics.wandb: {problem}")
     m = cfg.model
     build = m.random_weights or not m.path
     env_text: list[str] = []  # what the environments say, for a built tokenizer

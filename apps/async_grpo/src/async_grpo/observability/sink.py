@@ -1,6 +1,7 @@
 """Where a run's per-step records go: `<out_dir>/metrics.jsonl` (one `StepRow` a step),
-`<out_dir>/trained_prompts.jsonl` (the prompts each step trained on) and, when installed,
-TensorBoard. A resumed or rolled-back run rewinds both files to its checkpoint's copy."""
+`<out_dir>/trained_prompts.jsonl` (the prompts each step trained on), TensorBoard when
+installed and W&B when asked for (`wandb_run.WandbRun`). A resumed or rolled-back run
+rewinds both files to its checkpoint's copy."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from async_grpo.observability.metrics import StepRow
+from async_grpo.observability.wandb_run import WandbRun
 
 METRICS_FILE = "metrics.jsonl"
 PROMPTS_FILE = "trained_prompts.jsonl"
@@ -20,10 +22,12 @@ the audit that no prompt was trained twice (`benchmarks/chaos.py` reads it)."""
 
 class MetricsSink:
     """Appends `StepRow`s to `<out_dir>/metrics.jsonl` and each step's prompts to
-    `<out_dir>/trained_prompts.jsonl` (and the rows to TensorBoard when installed)."""
+    `<out_dir>/trained_prompts.jsonl` (and the rows to TensorBoard when installed, and to
+    `wandb` when given)."""
 
-    def __init__(self, out_dir: Path) -> None:
+    def __init__(self, out_dir: Path, wandb: WandbRun | None = None) -> None:
         out_dir.mkdir(parents=True, exist_ok=True)
+        self.out_dir, self.wandb = out_dir, wandb
         self.path = out_dir / METRICS_FILE
         self.prompts_path = out_dir / PROMPTS_FILE
         self._file = self.path.open("w", encoding="utf-8")
@@ -46,6 +50,8 @@ class MetricsSink:
             for key, value in record.items():
                 if key != "version" and isinstance(value, int | float):
                     self._tb.add_scalar(key, value, row.version)
+        if self.wandb is not None:
+            self.wandb.log(record)
 
     def rewind(self, metrics: str, prompts: str) -> None:
         """Replaces both files' contents with a checkpoint's (the rows up to its version):
@@ -56,11 +62,15 @@ class MetricsSink:
             handle.write(text)
             handle.flush()
 
-    def close(self) -> None:
+    def close(self, *, failed: bool = False) -> None:
+        """Closes the files; ends the W&B run (`failed`: the run raised), with its report
+        when it did not fail."""
         self._file.close()
         self._prompts.close()
         if self._tb is not None:
             self._tb.close()
+        if self.wandb is not None:
+            self.wandb.finish(self.out_dir, failed=failed)
 
 
 def lines_up_to(path: Path, version: int) -> str:

@@ -1,4 +1,5 @@
-"""Where prompts come from: offline task generators, a local JSONL file, or a HF dataset.
+"""Where prompts come from: offline task generators, a local JSONL file, or a HF dataset
+(a file or a dataset in one of the formats of `formats.py`: prompt/target, GSM8K, MATH).
 
 A task yields `Sample(prompt, target)`; the reward function (see `rewards.py`) compares a
 response with the target. Nothing here downloads anything unless the user names a Hugging Face
@@ -13,8 +14,9 @@ import random
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from async_grpo.config.schema import DataConfig
+from async_grpo.config.schema import DataConfig, DataFormat
 from async_grpo.seeds import derive_seed
+from async_grpo.tasks.formats import FORMAT_KEYS, FormatError, row_to_sample
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,8 +88,11 @@ def corpus_for(task: str, min_n: int, max_n: int, samples: Sequence[Sample] = ()
     return [d.prompt for d in draws] + [d.target for d in draws]
 
 
-def load_jsonl(path: Path, prompt_key: str = "prompt", target_key: str = "target") -> list[Sample]:
-    """Reads `{"prompt": ..., "target": ...}` lines; a bad line is an error naming its number."""
+def load_jsonl(
+    path: Path, prompt_key: str = "prompt", target_key: str = "target", fmt: DataFormat = "jsonl"
+) -> list[Sample]:
+    """Reads one JSON object a line in format `fmt` (`formats.row_to_sample`); a bad line is
+    an error naming the file, its number and the key."""
     if not path.is_file():
         raise FileNotFoundError(f"dataset file not found: {path}")
     samples: list[Sample] = []
@@ -103,17 +108,23 @@ def load_jsonl(path: Path, prompt_key: str = "prompt", target_key: str = "target
                 raise ValueError(
                     f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}"
                 )
-            missing = [k for k in (prompt_key, target_key) if k not in row]
-            if missing:
-                raise ValueError(f"{path}:{lineno}: missing key(s) {', '.join(missing)}")
-            samples.append(Sample(str(row[prompt_key]), str(row[target_key])))
+            try:
+                samples.append(Sample(*row_to_sample(fmt, row, prompt_key, target_key)))
+            except FormatError as e:
+                raise ValueError(f"{path}:{lineno}: {e}") from None
     if not samples:
         raise ValueError(f"{path}: no samples in the file")
     return samples
 
 
 def load_hf_dataset(
-    name: str, split: str, prompt_key: str, target_key: str, limit: int = 100_000
+    name: str,
+    split: str,
+    prompt_key: str,
+    target_key: str,
+    *,
+    limit: int = 100_000,
+    fmt: DataFormat = "jsonl",
 ) -> list[Sample]:
     """Loads a Hugging Face dataset by name or local path (needs the optional `datasets`)."""
     try:
@@ -125,13 +136,16 @@ def load_hf_dataset(
         ) from None
     ds = datasets.load_dataset(name, split=split)
     columns = set(ds.column_names)
-    missing = [k for k in (prompt_key, target_key) if k not in columns]
+    missing = [k for k in FORMAT_KEYS.get(fmt, (prompt_key, target_key)) if k not in columns]
     if missing:
         raise ValueError(f"dataset {name!r} has no column(s) {missing}; it has {sorted(columns)}")
-    return [
-        Sample(str(row[prompt_key]), str(row[target_key]))
-        for row in ds.select(range(min(limit, len(ds))))
-    ]
+    samples: list[Sample] = []
+    for i, row in enumerate(ds.select(range(min(limit, len(ds))))):
+        try:
+            samples.append(Sample(*row_to_sample(fmt, row, prompt_key, target_key)))
+        except FormatError as e:
+            raise ValueError(f"dataset {name!r} row {i}: {e}") from None
+    return samples
 
 
 def epoch_order(size: int, seed: int, epoch: int) -> list[int]:

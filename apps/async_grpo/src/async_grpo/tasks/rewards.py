@@ -1,15 +1,18 @@
-"""Reward functions: `(response, target) -> float` in [0, 1], pure and cheap.
+"""Reward functions: `(response, target) -> float` in [0, 1], pure.
 
 The headline reward of the `count` task is `count_score`: the fraction of positions that hold
 the right number, divided by the longer of the two sequences, so it is 1.0 exactly when the
 response is the target and every missing, wrong or extra number costs the same. It reads only
 the response and the target: no hint of the answer reaches the model except through reward.
+`math` (`math_reward.math_score`) checks a final answer as mathematics with math-verify.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+
+from async_grpo.tasks.math_reward import math_score
 
 RewardFn = Callable[[str, str], float]
 
@@ -47,18 +50,20 @@ REWARDS: dict[str, RewardFn] = {
     "exact": exact_match,
     "numeric": numeric_answer,
     "format": number_format,
+    "math": math_score,
 }
 
 
-def combined(weights: dict[str, float]) -> RewardFn:
-    """The weighted sum of named rewards, normalised by the total weight."""
-    unknown = sorted(set(weights) - set(REWARDS))
+def combined(weights: dict[str, float], table: Mapping[str, RewardFn] = REWARDS) -> RewardFn:
+    """The weighted sum of named rewards, normalised by the total weight; `table` maps the
+    names to their functions (the reward actor puts `math` in a process of its own)."""
+    unknown = sorted(set(weights) - set(table))
     if unknown:
-        raise ValueError(f"unknown reward function(s) {unknown}; known: {sorted(REWARDS)}")
+        raise ValueError(f"unknown reward function(s) {unknown}; known: {sorted(table)}")
     total = sum(weights.values())
     if total <= 0:
         raise ValueError("reward weights must sum to a positive number")
-    fns = [(REWARDS[name], w / total) for name, w in weights.items()]
+    fns = [(table[name], w / total) for name, w in weights.items()]
 
     def score(response: str, target: str) -> float:
         return sum(w * fn(response, target) for fn, w in fns)
