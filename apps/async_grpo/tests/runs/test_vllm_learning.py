@@ -24,6 +24,9 @@ else:
     pytest.importorskip("vllm", reason="needs vLLM: uv sync --extra vllm")
 
 
+# The run may take its `max_minutes` (6): more than pytest's default timeout (300 s), which
+# a slower machine's run (AVX2 only: 66 s to its first step) comes close to.
+@pytest.mark.timeout(600)
 def test_tiny_preset_with_vllm_reaches_a_windowed_reward_of_09(tmp_path: Path) -> None:
     overrides = {
         "steps": "400",  # the budget; the run stops at the first full window >= 0.9
