@@ -230,12 +230,6 @@ VLLM_TESTS = [
     "apps/async_grpo/tests/runs/test_vllm_learning.py",
 ]
 
-# pytest, with async-grpo's stop-signal front started first (as the `async-grpo` command
-# does): a run a test starts in-process then names the process that stops it.
-PYTEST_WITH_FRONT = (
-    "import sys; from async_grpo.launch.signals import install_front; install_front(); "
-    "import pytest; sys.exit(pytest.main())"
-)
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 # How long tests get to end after a stop signal was passed on to them, before SIGKILL.
 STOP_GRACE_S = 120.0
@@ -258,8 +252,7 @@ def vllm(session: nox.Session) -> None:
         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
         "ASYNC_GRPO_REQUIRE_VLLM": "1",  # here a missing vLLM fails instead of skipping
     }
-    python = str(bin_dir / "python")
-    _run_apart(session, [python, "-c", PYTEST_WITH_FRONT, *VLLM_TESTS, *session.posargs], env)
+    _run_apart(session, [str(bin_dir / "pytest"), *VLLM_TESTS, *session.posargs], env)
 
 
 def _run_apart(session: nox.Session, args: list[str], env: dict[str, str]) -> None:
@@ -273,37 +266,44 @@ def _run_apart(session: nox.Session, args: list[str], env: dict[str, str]) -> No
     session.log(f"{' '.join(args)}  (in a session of its own)")
     received: list[str] = []
     interrupted = False
-    # nox waits in `sigtimedwait` with the signals blocked: the kernel hands a signal for
-    # nox to its main thread while that thread waits for it, with the sender's pid.
+    # nox waits in `sigtimedwait` with the signals blocked (nox has no other thread): the
+    # kernel hands a signal for nox to the thread waiting for it, with the sender's pid.
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:
-        proc = subprocess.Popen(args, env={**os.environ, **env}, start_new_session=True)
-        # The child starts with the mask nox had: the signals are not blocked there.
+        # `exec` keeps a mask: the tests start with the signals unblocked and at their
+        # defaults (a shell's background job would have passed SIGINT on ignored).
+        pid = os.posix_spawn(
+            args[0], args, {**os.environ, **env},
+            setsid=True, setsigmask=(), setsigdef=STOP_SIGNALS,
+        )  # fmt: skip
         deadline = float("inf")
-        while proc.poll() is None:
+        status = None
+        while status is None:
             info = signal.sigtimedwait(STOP_SIGNALS, 0.5)
             if info is not None:
                 name = signal.Signals(info.si_signo).name
                 received.append(f"{name} from {_sender(info.si_pid)}")
                 interrupted = interrupted or info.si_signo == signal.SIGINT
-                session.warn(f"{received[-1]}: passed on to the tests (pgid {proc.pid})")
-                _signal_group(proc.pid, info.si_signo)
+                session.warn(f"{received[-1]}: passed on to the tests (pgid {pid})")
+                _signal_group(pid, info.si_signo)
                 deadline = min(deadline, time.monotonic() + STOP_GRACE_S)
             if time.monotonic() > deadline:
                 session.warn(f"the tests did not end {STOP_GRACE_S:.0f} s after it: SIGKILL")
-                _signal_group(proc.pid, signal.SIGKILL)
+                _signal_group(pid, signal.SIGKILL)
                 deadline = float("inf")
-        _signal_group(proc.pid, signal.SIGKILL)  # whatever of the group outlived pytest
+            waited, raw = os.waitpid(pid, os.WNOHANG)
+            status = os.waitstatus_to_exitcode(raw) if waited else None
+        _signal_group(pid, signal.SIGKILL)  # whatever of the group outlived pytest
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
     if interrupted:
         raise KeyboardInterrupt
     if received:
         session.error(f"the tests were stopped: {'; '.join(received)}")
-    if proc.returncode < 0:
-        session.error(f"pytest was ended by {signal.Signals(-proc.returncode).name}")
-    if proc.returncode != 0:
-        session.error(f"pytest exited with status {proc.returncode}")
+    if status < 0:
+        session.error(f"pytest was ended by {signal.Signals(-status).name}")
+    if status != 0:
+        session.error(f"pytest exited with status {status}")
 
 
 def _signal_group(pgid: int, signum: int) -> None:

@@ -56,9 +56,9 @@ async def run(
     Without `resume`, `checkpoint.resume.start_fresh` clears `out_dir` first: the
     checkpoints of a finished run there are deleted, those of a run that did not finish are
     refused (`ConfigError`, nothing written). The first Ctrl-C or SIGTERM ends the run after
-    its current step, with a checkpoint (`log` gets a line naming the signal and, where
-    `launch.signals.install_front` ran first, as in the `async-grpo` command, the process
-    that sent it; so does the summary); a second Ctrl-C stops at once."""
+    its current step, with a checkpoint (`log` gets a line naming the signal and, when the
+    run was started with `launch.signals.run_watched` as the `async-grpo` command starts
+    it, the process that sent it; so does the summary); a second Ctrl-C stops at once."""
     prep = prep if prep is not None else prepare(cfg)
     out_dir = Path(cfg.out_dir)
     # Before anything is written there: a run that did not finish is refused, a finished
@@ -92,10 +92,9 @@ def _stop_on_signals(stop: StopRequest, log: Callable[[str], None]) -> Callable[
     """SIGINT / SIGTERM ask the run to stop after its step (a second one cancels it
     outright); returns what puts the previous handling back.
 
-    With the front (`launch.signals`) every signal from another process arrives through it,
-    with its sender. Python's handlers stay installed as well: without the front they get
-    every signal, and with it those raised inside this process (Monarch turns a fault no
-    one handled into a SIGINT of the main thread)."""
+    Under `launch.signals.run_watched` the signals arrive through the watch, with their
+    senders; otherwise (a run on the main thread's loop) through Python's handlers,
+    sender unknown."""
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
 
@@ -110,17 +109,20 @@ def _stop_on_signals(stop: StopRequest, log: Callable[[str], None]) -> Callable[
             "Ctrl-C again to stop at once]"
         )
 
-    try:
-        for sig in signals.STOP_SIGNALS:
-            loop.add_signal_handler(sig, on_signal, sig)
-    except (NotImplementedError, RuntimeError):  # not the main thread: no signals here
-        return lambda: None
-    unlisten = signals.listen(loop, on_signal) if signals.front_installed() else None
+    unlisten = signals.listen(loop, on_signal) if signals.watching() else None
+    handled: list[int] = []
+    if unlisten is None:
+        try:
+            for sig in signals.STOP_SIGNALS:
+                loop.add_signal_handler(sig, on_signal, sig)
+                handled.append(sig)
+        except (NotImplementedError, RuntimeError):  # not the main thread: no signals here
+            pass
 
     def restore() -> None:
         if unlisten is not None:
             unlisten()
-        for sig in signals.STOP_SIGNALS:
+        for sig in handled:
             loop.remove_signal_handler(sig)
 
     return restore

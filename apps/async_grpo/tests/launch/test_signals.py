@@ -1,10 +1,11 @@
-"""The stop-signal front: a SIGINT or SIGTERM arrives with the process that sent it.
+"""Stop signals with their senders (`launch.signals.run_watched`): a SIGINT or SIGTERM
+arrives with the process that sent it.
 
-Real signals from real processes: each test starts a fresh interpreter that installs the
-front first (as the `async-grpo` command does), then a separate "killer" process sends it
-the signal with `os.kill`; the interpreter reports the sender it was given, which must be
-the killer's pid and command line. The front changes the whole process's signal mask, so
-it is never installed in the test process itself.
+Real signals from real processes: each test starts a fresh interpreter that runs a
+coroutine under `run_watched` (as the `async-grpo` command runs a run), then a separate
+"killer" process sends it the signal with `os.kill`; the interpreter reports the sender it
+was given, which must be the killer's pid and command line. A signal that reached the test
+process itself by mistake would end pytest, so none is sent to it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -30,11 +32,9 @@ def killer(pid: int, signum: int) -> subprocess.Popen[bytes]:
 
 
 def start(script: str) -> subprocess.Popen[str]:
-    """A fresh interpreter running `script` after installing the front; it prints "ready"
-    once it waits for signals."""
-    code = "from async_grpo.launch import signals\nassert signals.install_front()\n"
+    """A fresh interpreter running `script`; it prints "ready" when it waits for a signal."""
     return subprocess.Popen(
-        [sys.executable, "-c", code + textwrap.dedent(script)],
+        [sys.executable, "-c", textwrap.dedent(script)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -47,12 +47,14 @@ def wait_ready(proc: subprocess.Popen[str]) -> None:
     assert line == "ready\n", line + proc.stdout.read()
 
 
-def test_a_listening_loop_gets_each_signal_with_its_sender() -> None:
-    # Threads started after the front (here plain ones; torch's and Monarch's in the app)
-    # inherit the blocked signals, so the front receives every one.
+def test_a_listening_run_gets_each_signal_with_its_sender() -> None:
+    # Other threads (here plain ones; torch's and Monarch's in the app) do not block the
+    # signals, and still the main thread, waiting for them, is handed each one.
     proc = start(
         """
         import asyncio, json, threading
+        from async_grpo.launch import signals
+
         for _ in range(4):
             threading.Thread(target=threading.Event().wait, daemon=True).start()
 
@@ -65,7 +67,7 @@ def test_a_listening_loop_gets_each_signal_with_its_sender() -> None:
                 print(json.dumps([signum, sender.pid, sender.command, str(sender)]), flush=True)
             stop()
 
-        asyncio.run(main())
+        signals.run_watched(main())
         """
     )
     try:
@@ -84,29 +86,30 @@ def test_a_listening_loop_gets_each_signal_with_its_sender() -> None:
         proc.kill()
 
 
-def test_without_a_listener_a_signal_does_what_it_did() -> None:
-    # SIGINT: KeyboardInterrupt in the main thread at once, even in a blocking sleep.
-    # SIGTERM: the process ends by it.
+def test_with_no_run_listening_a_signal_does_what_it_did() -> None:
+    # SIGINT cancels the coroutine (KeyboardInterrupt out of run_watched, as out of
+    # asyncio.run); SIGTERM ends the process.
     proc = start(
         """
-        import time
-        print("ready", flush=True)
-        start = time.monotonic()
+        import asyncio
+        from async_grpo.launch import signals
+
+        async def wait():
+            print("ready", flush=True)
+            await asyncio.sleep(60)
+
         try:
-            time.sleep(60)
+            signals.run_watched(wait())
         except KeyboardInterrupt:
-            print(f"KeyboardInterrupt {time.monotonic() - start:.1f}", flush=True)
-        print("ready", flush=True)
-        time.sleep(60)
+            print("KeyboardInterrupt", flush=True)
+        signals.run_watched(wait())
         """
     )
     try:
         wait_ready(proc)
         assert proc.stdout is not None
         killer(proc.pid, signal.SIGINT).wait()
-        word, seconds = proc.stdout.readline().split()
-        assert word == "KeyboardInterrupt"
-        assert float(seconds) < 10, seconds
+        assert proc.stdout.readline() == "KeyboardInterrupt\n"
         wait_ready(proc)
         killer(proc.pid, signal.SIGTERM).wait()
         assert proc.wait(timeout=30) == -signal.SIGTERM
@@ -115,13 +118,13 @@ def test_without_a_listener_a_signal_does_what_it_did() -> None:
 
 
 def test_a_run_names_the_sender_and_a_second_signal_stops_it_at_once() -> None:
-    # The app's handling (`train._stop_on_signals`), with torch and Monarch imported after
-    # the front as in the command: the first SIGTERM asks for a stop after the step and logs
-    # who sent it; a second signal cancels the run.
+    # The app's handling (`train._stop_on_signals`): the first SIGTERM asks for a stop after
+    # the step and logs who sent it; a second signal cancels the run.
     proc = start(
         """
         import asyncio
         from async_grpo.controller.context import StopRequest
+        from async_grpo.launch.signals import run_watched
         from async_grpo.train import _stop_on_signals
 
         async def main():
@@ -136,7 +139,7 @@ def test_a_run_names_the_sender_and_a_second_signal_stops_it_at_once() -> None:
                 restore()
 
         try:
-            asyncio.run(main())
+            run_watched(main())
         except asyncio.CancelledError:
             print("cancelled", flush=True)
         """
@@ -160,13 +163,73 @@ def test_a_run_names_the_sender_and_a_second_signal_stops_it_at_once() -> None:
         proc.kill()
 
 
-def test_the_front_is_refused_where_other_threads_run() -> None:
-    # This process has torch's threads: blocking the signals now would leave them with
-    # threads that still take them, so nothing is changed.
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, set())
-    assert not signals.install_front()
-    assert not signals.front_installed()
-    assert signal.pthread_sigmask(signal.SIG_BLOCK, set()) == before
+def test_the_processes_a_watched_run_starts_take_their_signals() -> None:
+    # Only the main thread blocks the signals: a Monarch process the run spawns, and a
+    # Python subprocess it starts, begin with none blocked (`exec` would keep a mask).
+    proc = start(
+        """
+        import asyncio, subprocess, sys
+        import cloudpickle
+        from monarch.actor import Actor, endpoint, this_host
+        from async_grpo.launch.signals import run_watched
+
+        def blocked():
+            status = open("/proc/self/status").read().splitlines()
+            return int(next(l for l in status if l.startswith("SigBlk:")).split()[1], 16)
+
+        class Probe(Actor):
+            @endpoint
+            def blocked(self) -> int:
+                return blocked()
+
+        cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+        async def main():
+            procs = this_host().spawn_procs(per_host={"procs": 1})
+            try:
+                print(await procs.spawn("probe", Probe).blocked.call_one(), flush=True)
+            finally:
+                await procs.stop()
+            out = subprocess.run(
+                [sys.executable, "-c", "print(open('/proc/self/status').read())"],
+                capture_output=True, text=True, check=True,
+            ).stdout
+            line = next(l for l in out.splitlines() if l.startswith("SigBlk:"))
+            print(int(line.split()[1], 16), flush=True)
+
+        run_watched(main())
+        """
+    )
+    try:
+        out, _ = proc.communicate(timeout=240)
+        assert proc.returncode == 0, out[-3000:]
+        masks = [int(line) for line in out.splitlines() if line.strip().isdigit()]
+        stop_bits = (1 << (signal.SIGINT - 1)) | (1 << (signal.SIGTERM - 1))
+        assert len(masks) == 2, out[-3000:]
+        assert [m & stop_bits for m in masks] == [0, 0], masks
+    finally:
+        proc.kill()
+
+
+def test_run_watched_belongs_to_the_main_thread() -> None:
+    errors: list[BaseException] = []
+
+    async def nothing() -> None:
+        return None
+
+    def call() -> None:
+        coro = nothing()
+        try:
+            signals.run_watched(coro)
+        except RuntimeError as e:
+            errors.append(e)
+            coro.close()
+
+    t = threading.Thread(target=call)
+    t.start()
+    t.join()
+    assert "main thread" in str(errors[0])
+    assert not signals.watching()
 
 
 def test_a_sender_outside_the_process_namespace_or_the_kernel() -> None:

@@ -2,6 +2,6 @@
 
 import sys
 
-from async_grpo.cli.entry import main
+from async_grpo.cli.main import main
 
 sys.exit(main())

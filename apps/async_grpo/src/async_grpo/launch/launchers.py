@@ -33,7 +33,6 @@ from monarch.actor import HostMesh, this_host
 from rdma_tensor.machine import machine_env
 
 from async_grpo.config.placement import PlacementConfig
-from async_grpo.launch import signals
 from async_grpo.launch.placement import PlacementError, PlacementPlan
 
 SLURM_TOOLS = ("sbatch", "squeue", "scancel")
@@ -170,13 +169,6 @@ def start_hosts(plan: PlacementPlan, placement: PlacementConfig, out_dir: str) -
         return Hosts(plan, {m: this_host() for m in plan.meshes}, lambda: None)
     # Monarch's job module logs its progress at INFO to stderr ("No cached path provided").
     logging.getLogger("monarch._src.job.job").setLevel(logging.WARNING)
-    # Their workers and tools (ssh, srun, kubectl) start through Python's `subprocess`,
-    # which would pass on the stop signals blocked (`signals.unblocked`).
-    with signals.unblocked():
-        return _start_job_hosts(plan, placement, out_dir)
-
-
-def _start_job_hosts(plan: PlacementPlan, placement: PlacementConfig, out_dir: str) -> Hosts:
     if plan.launcher == "process":
         return _process_hosts(plan)
     job: Any

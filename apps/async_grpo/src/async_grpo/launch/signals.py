@@ -1,25 +1,23 @@
 """Which process asked the job to stop: SIGINT and SIGTERM received with their senders.
 
-Python's signal handlers are not told who sent a signal; `signal.sigwaitinfo` is (the
-sender's pid, `si_pid`). It can only wait for a signal that every thread of the process
-blocks: the kernel hands a process's signal to any one thread that does not block it, and
-there the C handler Python installed runs instead, sender unknown. A thread starts with the
-mask of the thread that started it, and torch and Monarch start theirs at import. So
-`install_front()` blocks SIGINT and SIGTERM while the process has a single thread (the
-`async-grpo` command calls it first, `cli/entry.py`), and one thread, the front, then
-receives every SIGINT and SIGTERM the process gets, with its sender: the pid and the
-command line, read from /proc while the sender is most likely still there.
+Python's signal handlers are not told who sent a signal; `signal.sigtimedwait` is (the
+sender's pid, `si_pid`). The kernel hands a signal sent to a process to its main thread
+first, when that thread does not block it or is waiting for it in `sigtimedwait`, and
+otherwise to any other thread that does not block it, where Python's C handler runs,
+sender unknown. Blocking the signals in every thread instead would pass them on blocked to
+every process those threads start (`exec` keeps a mask: Monarch's processes would ignore
+their SIGTERM). So `run_watched(coro)` runs the coroutine (a run) on an event loop in a
+thread of its own while the main thread does nothing but wait for SIGINT and SIGTERM, with
+them blocked there (a fatal signal that arrived between two waits would otherwise end the
+process before it is waited for), and hands each one, with its sender, to the run that
+listens (`listen`). The sender's command line is read from /proc at once, while it most
+likely still runs.
 
-While a run listens (`listen`) the front hands it each signal and its sender. Otherwise a
-signal does what it did before the front: SIGINT raises KeyboardInterrupt in the main
-thread (or runs whatever handler is installed), SIGTERM ends the process, an ignored one is
-dropped.
-
-Without the front (a run started in a process that already had threads: a test, a
-notebook), Python's handlers get the signals as before and the sender is not known.
-Children started through Python's `subprocess` inherit the blocked signals (`exec` keeps
-a mask; Monarch's launcher clears it for the processes it starts): `unblocked()` lets a
-thread start one with the signals deliverable.
+Between two waits a signal may still reach another thread; Python's handlers, installed
+for the watch, hand it over too, sender unknown, as they do a SIGINT raised inside the
+process (`_thread.interrupt_main`). A signal while no run listens (before the run starts
+listening, after it stops) does what it would have done: SIGINT cancels the coroutine (as
+`asyncio.run` does on Ctrl-C: `KeyboardInterrupt`), SIGTERM ends the process.
 """
 
 from __future__ import annotations
@@ -30,18 +28,18 @@ import dataclasses
 import os
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from types import FrameType
+from typing import Any, TypeVar
 
 STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})
 
-# Sent to the main thread, whose handler does nothing, after a stop signal's Python handler
-# was set to run there: it ends the system call the main thread may be blocked in (a sleep,
-# a read), as the signal itself would have, so that the handler runs at once.
-_WAKE_MAIN = signal.SIGRTMAX - 3
-
 _SI_KERNEL = 0x80  # si_code of a signal the kernel sent (a terminal's Ctrl-C or hang-up)
 _COMMAND_CHARS = 200
+_WAIT_S = 0.2  # the main thread's longest wait: how soon it sees the run end
+
+T = TypeVar("T")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,129 +80,148 @@ def command_line(pid: int) -> str:
 
 
 def sender_of(info: signal.struct_siginfo) -> Sender:
-    """Who sent the signal `info` describes (`signal.sigwaitinfo`'s answer)."""
+    """Who sent the signal `info` describes (`signal.sigtimedwait`'s answer)."""
     if info.si_pid == 0:
         return Sender(0, "", by_kernel=info.si_code == _SI_KERNEL)
     return Sender(info.si_pid, command_line(info.si_pid))
 
 
-Listener = Callable[[int, Sender], None]
-"""`listener(signum, sender)`, called on the listening run's event loop."""
+Listener = Callable[[int, "Sender | None"], None]
+"""`listener(signum, sender)` (sender None: not known), called on the run's event loop."""
 
 
-class _Front:
-    """The thread that receives SIGINT and SIGTERM for the whole process."""
+class _Watch:
+    """One `run_watched`: the coroutine's loop and task, and the run listening, if any."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._listener: Callable[[int, Sender], bool] | None = None
-        self._thread = threading.Thread(target=self._serve, name="stop-signals", daemon=True)
-        self._thread.start()
+        self.lock = threading.Lock()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.task: asyncio.Task[Any] | None = None
+        self.listener: tuple[asyncio.AbstractEventLoop, Listener] | None = None
+        self.interrupted = False
 
-    def _serve(self) -> None:
-        while True:
-            info = signal.sigwaitinfo(STOP_SIGNALS)
-            sender = sender_of(info)
-            with self._lock:
-                listener = self._listener
-            if listener is None or not listener(info.si_signo, sender):
-                _as_if_unblocked(info.si_signo)
+    def handle(self, signum: int, sender: Sender | None) -> None:
+        """In the main thread: one SIGINT or SIGTERM, to the run listening, else as it
+        would have been without the watch."""
+        with self.lock:
+            listener = self.listener
+        if listener is not None:
+            with_loop, call = listener
+            try:
+                with_loop.call_soon_threadsafe(call, signum, sender)
+                return
+            except RuntimeError:  # its loop closed: no run listens any more
+                pass
+        if signum == signal.SIGINT:
+            self.interrupted = True
+            self.cancel()
+            return
+        # SIGTERM's default action, now: it ends the process.
+        signal.signal(signum, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signum})
+        signal.raise_signal(signum)
 
-    def listen(self, deliver: Callable[[int, Sender], bool]) -> Callable[[], None]:
-        with self._lock:
-            if self._listener is not None:
-                raise RuntimeError("a run already listens for stop signals in this process")
-            self._listener = deliver
-
-        def stop() -> None:
-            with self._lock:
-                self._listener = None
-
-        return stop
-
-
-def _as_if_unblocked(signum: int) -> None:
-    """Has `signum` do what it would have done without the front: delivered to this thread,
-    unblocked for that moment, it is dropped if ignored, ends the process if that is its
-    default action, or runs the handler installed (Python's runs in the main thread:
-    KeyboardInterrupt for SIGINT by default)."""
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signum})
-    try:
-        signal.pthread_kill(threading.get_ident(), signum)  # delivered as this call returns
-    finally:
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signum})
-    if callable(signal.getsignal(signum)):
-        main = threading.main_thread().ident
-        if main is not None:
-            signal.pthread_kill(main, _WAKE_MAIN)
+    def cancel(self) -> None:
+        """Cancels the coroutine, if it runs."""
+        with self.lock:
+            loop, task = self.loop, self.task
+        if loop is not None and task is not None:
+            with contextlib.suppress(RuntimeError):  # the loop closed: the coroutine is over
+                loop.call_soon_threadsafe(task.cancel)
 
 
-class _Installed:
-    """The process's front, once `install_front` started it."""
+class _Active:
+    """The watch running in this process, if any."""
 
-    front: _Front | None = None
-
-
-def install_front() -> bool:
-    """Blocks SIGINT and SIGTERM in this process and starts the front, so that every one
-    received from then on is named with its sender. Call it from the main thread before
-    anything starts another; returns whether the front runs (False, nothing changed, where
-    another thread already runs or `sigwaitinfo` does not exist: not Linux)."""
-    if _Installed.front is not None:
-        return True
-    if not hasattr(signal, "sigwaitinfo") or _threads() != 1:
-        return False
-    signal.signal(_WAKE_MAIN, _ignore)  # a Python handler: a system call it ends fails EINTR
-    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-    _Installed.front = _Front()
-    return True
+    watch: _Watch | None = None
 
 
-def _ignore(signum: int, frame: object) -> None:
-    del signum, frame
-
-
-def _threads() -> int:
-    """Threads of this process, those Python did not start included (0: not known here)."""
-    try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
-        return 0
-
-
-def front_installed() -> bool:
-    """Whether this process's stop signals arrive with their senders (`install_front`)."""
-    return _Installed.front is not None
+def watching() -> bool:
+    """Whether a run in this process gets its stop signals with their senders
+    (`run_watched`)."""
+    return _Active.watch is not None
 
 
 def listen(loop: asyncio.AbstractEventLoop, listener: Listener) -> Callable[[], None]:
-    """Until the returned function is called, each SIGINT and SIGTERM the front receives
-    goes to `listener` on `loop`, with its sender. Requires the front (`front_installed`);
-    one listener at a time."""
-    front = _Installed.front
-    if front is None:
-        raise RuntimeError("no stop-signal front in this process (install_front)")
+    """Until the returned function is called, each SIGINT and SIGTERM the watch receives
+    goes to `listener` on `loop`, with its sender. Requires a watch (`watching`); one
+    listener at a time."""
+    watch = _Active.watch
+    if watch is None:
+        raise RuntimeError("no run_watched in this process: its stop signals are not watched")
+    with watch.lock:
+        if watch.listener is not None:
+            raise RuntimeError("a run already listens for stop signals in this process")
+        watch.listener = (loop, listener)
 
-    def deliver(signum: int, sender: Sender) -> bool:
+    def stop() -> None:
+        with watch.lock:
+            watch.listener = None
+
+    return stop
+
+
+def run_watched(main: Coroutine[Any, Any, T]) -> T:
+    """`asyncio.run(main)`, with this process's SIGINT and SIGTERM received with their
+    senders (see the module's docstring): `main` runs in a thread of its own, this (the
+    main) thread waits for the signals. Returns what `main` returns, raises what it raises
+    (`KeyboardInterrupt` when a SIGINT cancelled it while no run listened). An exception
+    raised in this thread meanwhile (a test's timeout) cancels `main`, waits for it, and
+    goes on up."""
+    if threading.current_thread() is not threading.main_thread():
+        raise RuntimeError("run_watched waits for signals in the main thread; call it there")
+    if _Active.watch is not None:
+        raise RuntimeError("run_watched is already running in this process")
+    watch = _Watch()
+    started = threading.Event()
+    outcome: list[T] = []
+    failure: list[BaseException] = []
+
+    async def tracked() -> T:
+        with watch.lock:
+            watch.loop, watch.task = asyncio.get_running_loop(), asyncio.current_task()
+        started.set()
+        if watch.interrupted:  # a SIGINT before the loop ran: cancelled before it starts
+            main.close()
+            raise asyncio.CancelledError
+        return await main
+
+    def body() -> None:
         try:
-            loop.call_soon_threadsafe(listener, signum, sender)
-        except RuntimeError:  # the loop closed: the run is over
-            return False
-        return True
+            outcome.append(asyncio.run(tracked()))
+        except BaseException as e:
+            failure.append(e)
+        finally:
+            started.set()
 
-    return front.listen(deliver)
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        del frame
+        watch.handle(signum, None)
 
-
-@contextlib.contextmanager
-def unblocked() -> Iterator[None]:
-    """Within it, SIGINT and SIGTERM are not blocked in the calling thread, so that a
-    process started through Python's `subprocess` does not inherit them blocked. A signal
-    that arrives meanwhile may go to Python's handler (sender unknown)."""
-    if _Installed.front is None:
-        yield
-        return
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    previous = {sig: signal.signal(sig, on_signal) for sig in STOP_SIGNALS}
+    _Active.watch = watch
+    # Started before the signals are blocked here: a thread starts with its creator's mask,
+    # and the processes it starts with its own.
+    worker = threading.Thread(target=body, name="run", daemon=True)
+    worker.start()
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:
-        yield
+        while worker.is_alive():
+            info = signal.sigtimedwait(STOP_SIGNALS, _WAIT_S)
+            if info is not None:
+                watch.handle(info.si_signo, sender_of(info))
+    except BaseException:
+        started.wait()
+        watch.cancel()
+        worker.join()
+        raise
     finally:
-        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        _Active.watch = None
+    if failure:
+        if watch.interrupted and isinstance(failure[0], asyncio.CancelledError):
+            raise KeyboardInterrupt from failure[0]
+        raise failure[0]
+    return outcome[0]
