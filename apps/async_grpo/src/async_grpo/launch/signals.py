@@ -218,7 +218,8 @@ def run_watched(main: Coroutine[Any, Any, T]) -> T:
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            # None: a handler not installed from Python, which cannot be put back.
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
         _Active.watch = None
     if failure:
         if watch.interrupted and isinstance(failure[0], asyncio.CancelledError):
