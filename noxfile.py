@@ -15,11 +15,13 @@ sources, installed editable.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -245,6 +247,10 @@ VLLM_TESTS = [
     "apps/async_grpo/tests/runs/test_vllm_learning.py",
 ]
 
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+# How long tests get to end after a stop signal was passed on to them, before SIGKILL.
+STOP_GRACE_S = 120.0
+
 
 @nox.session
 def vllm(session: nox.Session) -> None:
@@ -263,7 +269,75 @@ def vllm(session: nox.Session) -> None:
         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
         "ASYNC_GRPO_REQUIRE_VLLM": "1",  # here a missing vLLM fails instead of skipping
     }
-    session.run(str(bin_dir / "pytest"), *VLLM_TESTS, *session.posargs, env=env, external=True)
+    _run_apart(session, [str(bin_dir / "pytest"), *VLLM_TESTS, *session.posargs], env)
+
+
+def _run_apart(session: nox.Session, args: list[str], env: dict[str, str]) -> None:
+    """Runs `args` in a session of their own (their own process group), so that a signal
+    sent to their group cannot end nox, nor the shell that started nox. A SIGINT or SIGTERM
+    sent to nox is received here, with its sender: it is logged (pid and command line),
+    passed on to the tests' process group (again for a second one), and the session fails
+    naming it (a SIGINT then interrupts nox, as Ctrl-C does); tests still running
+    `STOP_GRACE_S` later are SIGKILLed. Tests ended by a signal fail the session, naming
+    the signal."""
+    session.log(f"{' '.join(args)}  (in a session of its own)")
+    received: list[str] = []
+    interrupted = False
+    # nox waits in `sigtimedwait` with the signals blocked (nox has no other thread): the
+    # kernel hands a signal for nox to the thread waiting for it, with the sender's pid.
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        # `exec` keeps a mask: the tests start with the signals unblocked and at their
+        # defaults (a shell's background job would have passed SIGINT on ignored).
+        pid = os.posix_spawn(
+            args[0], args, {**os.environ, **env},
+            setsid=True, setsigmask=(), setsigdef=STOP_SIGNALS,
+        )  # fmt: skip
+        deadline = float("inf")
+        status = None
+        while status is None:
+            info = signal.sigtimedwait(STOP_SIGNALS, 0.5)
+            if info is not None:
+                name = signal.Signals(info.si_signo).name
+                received.append(f"{name} from {_sender(info.si_pid)}")
+                interrupted = interrupted or info.si_signo == signal.SIGINT
+                session.warn(f"{received[-1]}: passed on to the tests (pgid {pid})")
+                _signal_group(pid, info.si_signo)
+                deadline = min(deadline, time.monotonic() + STOP_GRACE_S)
+            if time.monotonic() > deadline:
+                session.warn(f"the tests did not end {STOP_GRACE_S:.0f} s after it: SIGKILL")
+                _signal_group(pid, signal.SIGKILL)
+                deadline = float("inf")
+            waited, raw = os.waitpid(pid, os.WNOHANG)
+            status = os.waitstatus_to_exitcode(raw) if waited else None
+        _signal_group(pid, signal.SIGKILL)  # whatever of the group outlived pytest
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+    if interrupted:
+        raise KeyboardInterrupt
+    if received:
+        session.error(f"the tests were stopped: {'; '.join(received)}")
+    if status < 0:
+        session.error(f"pytest was ended by {signal.Signals(-status).name}")
+    if status != 0:
+        session.error(f"pytest exited with status {status}")
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    # ProcessLookupError: the group is gone; PermissionError: only zombies are left in it.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signum)
+
+
+def _sender(pid: int) -> str:
+    """A signal's sender: its pid and command line, from /proc."""
+    if pid == 0:
+        return "the kernel or a process outside this PID namespace"
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").replace(b"\0", b" ")
+    except OSError:
+        command = b""
+    return f"pid {pid} ({command.decode(errors='replace') or 'exited'})"
 
 
 @nox.session

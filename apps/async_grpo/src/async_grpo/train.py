@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import signal
 from collections.abc import Callable
 from pathlib import Path
 
@@ -31,9 +30,10 @@ from async_grpo.config.schema import RunConfig
 from async_grpo.controller.context import StopRequest
 from async_grpo.controller.cut import Cut
 from async_grpo.controller.job import Spawn, StepCallback, run_job
+from async_grpo.launch import signals
 from async_grpo.launch.prepare import Prepared, prepare
 from async_grpo.launch.spawn import spawn_components
-from async_grpo.observability.console import Reporter, Summary
+from async_grpo.observability.console import Reporter, Summary, stop_signal
 from async_grpo.observability.metrics import RunMetrics, StepRow
 from async_grpo.observability.sink import MetricsSink
 from async_grpo.observability.wandb_run import WandbRun
@@ -58,7 +58,9 @@ async def run(
     Without `resume`, `checkpoint.resume.start_fresh` clears `out_dir` first: the
     checkpoints of a finished run there are deleted, those of a run that did not finish are
     refused (`ConfigError`, nothing written). The first Ctrl-C or SIGTERM ends the run after
-    its current step, with a checkpoint; a second Ctrl-C stops at once."""
+    its current step, with a checkpoint (`log` gets a line naming the signal and, when the
+    run was started with `launch.signals.run_watched` as the `async-grpo` command starts
+    it, the process that sent it; so does the summary); a second Ctrl-C stops at once."""
     prep = prep if prep is not None else prepare(cfg)
     out_dir = Path(cfg.out_dir)
     # Before anything is written there: a run that did not finish is refused, a finished
@@ -77,7 +79,7 @@ async def run(
             on_step(row, result)
 
     stop = StopRequest()
-    restore = _stop_on_signals(stop, reporter.quiet)
+    restore = _stop_on_signals(stop, log)
     failed = True
     try:
         with tracing.session(out_dir, enabled=cfg.trace):
@@ -89,36 +91,44 @@ async def run(
         restore()
         # After the trace is merged: a W&B run's report is written from it.
         sink.close(failed=failed)
-    return reporter.summary(stop.signal)
+    return reporter.summary(stop.signal, stop.sender)
 
 
-def _stop_on_signals(stop: StopRequest, quiet: bool) -> Callable[[], None]:
-    """SIGINT / SIGTERM ask the run to stop after its step (a second SIGINT cancels it
-    outright); returns what puts the previous handling back."""
+def _stop_on_signals(stop: StopRequest, log: Callable[[str], None]) -> Callable[[], None]:
+    """SIGINT / SIGTERM ask the run to stop after its step (a second one cancels it
+    outright); returns what puts the previous handling back.
+
+    Under `launch.signals.run_watched` the signals arrive through the watch, with their
+    senders; otherwise (a run on the main thread's loop) through Python's handlers,
+    sender unknown."""
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
-    signals = (signal.SIGINT, signal.SIGTERM)
 
-    def on_signal(signum: int) -> None:
+    def on_signal(signum: int, sender: signals.Sender | None = None) -> None:
         if stop.signal is not None:
             if main is not None:
                 main.cancel()  # the second one: stop at once, without a checkpoint
             return
-        stop.request(signum)
-        if not quiet:
-            tqdm.write(
-                f"[{signal.Signals(signum).name}: ending after this step with a checkpoint; "
-                "Ctrl-C again to stop at once]"
-            )
+        stop.request(signum, str(sender) if sender is not None else None)
+        log(
+            f"[{stop_signal(signum, stop.sender)}: ending after this step with a checkpoint; "
+            "Ctrl-C again to stop at once]"
+        )
 
-    try:
-        for sig in signals:
-            loop.add_signal_handler(sig, on_signal, sig)
-    except (NotImplementedError, RuntimeError):  # not the main thread: no signals here
-        return lambda: None
+    unlisten = signals.listen(loop, on_signal) if signals.watching() else None
+    handled: list[int] = []
+    if unlisten is None:
+        try:
+            for sig in signals.STOP_SIGNALS:
+                loop.add_signal_handler(sig, on_signal, sig)
+                handled.append(sig)
+        except (NotImplementedError, RuntimeError):  # not the main thread: no signals here
+            pass
 
     def restore() -> None:
-        for sig in signals:
+        if unlisten is not None:
+            unlisten()
+        for sig in handled:
             loop.remove_signal_handler(sig)
 
     return restore

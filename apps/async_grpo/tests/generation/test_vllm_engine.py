@@ -14,10 +14,12 @@ import itertools
 import json
 import os
 import signal
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import cloudpickle  # type: ignore[import-untyped]
 import monarch.actor
 import pytest
 import torch
@@ -94,6 +96,11 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+# The probe is spawned in a replica's process, which cannot import this module (its helpers,
+# `jobs`, are on sys.path only here): cloudpickle ships the class itself.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -1,4 +1,5 @@
-"""Ctrl-C (SIGINT) on `async-grpo` stops every process the app started, after a checkpoint."""
+"""Ctrl-C (SIGINT) on `async-grpo` stops every process the app started, after a checkpoint,
+and names the process that sent it."""
 
 import os
 import signal
@@ -63,10 +64,18 @@ def test_sigint_stops_every_process(tmp_path: Path) -> None:
             assert time.monotonic() < deadline, "no train step within 240 s"
         children = descendants(proc.pid)
         assert len(children) >= 5  # dataset, buffer, trainer, 2 generators, reward, ...
-        proc.send_signal(signal.SIGINT)
+        # Sent by a process of its own, which stays a moment, as a shell's `kill` would.
+        send = "import os, signal, sys, time; os.kill(int(sys.argv[1]), signal.SIGINT); "
+        send += "time.sleep(5)"
+        sender = subprocess.Popen([sys.executable, "-c", send, str(proc.pid)])
         out, _ = proc.communicate(timeout=120)
+        sender.wait()
         assert proc.returncode == 130, out[-2000:]
         assert "interrupted; every process was stopped" in out
+        # Who sent it, when it arrived and in the summary.
+        named = f"SIGINT from pid {sender.pid} ({sys.executable} -c {send} {proc.pid})"
+        assert f"[{named}: ending after this step with a checkpoint" in out, out[-2000:]
+        assert f"stopped early by {named}" in out
         deadline = time.monotonic() + 30
         while any(alive(p) for p in children) and time.monotonic() < deadline:
             time.sleep(0.5)

@@ -53,6 +53,7 @@ from async_grpo.controller.job import Spawn
 from async_grpo.grpo.step import NonFiniteError
 from async_grpo.launch.placement import describe, process_lost
 from async_grpo.launch.prepare import prepare
+from async_grpo.launch.signals import run_watched
 from async_grpo.launch.spawn import buffer_config, spawn_components
 from async_grpo.observability.console import print_summary
 from async_grpo.train import run
@@ -109,7 +110,9 @@ def main(argv: list[str] | None = None, *, spawn: Spawn = spawn_components) -> i
         print("\n".join(describe(prep.placement)))
     print("\n".join(prep.devices.describe()))
     try:
-        summary = asyncio.run(run(cfg, prep, resume=resume, spawn=spawn))
+        # The run on a thread of its own, this one waiting for signals: a Ctrl-C or SIGTERM
+        # stops it naming the process that sent it.
+        summary = run_watched(run(cfg, prep, resume=resume, spawn=spawn))
     except (KeyboardInterrupt, asyncio.CancelledError):
         print(
             f"\nasync-grpo: interrupted; every process was stopped; {resume_hint(cfg.out_dir)}.",

@@ -17,7 +17,6 @@ Every option of a training run applies to every run of the sweep (except `--mode
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import dataclasses
 import json
@@ -30,6 +29,7 @@ from async_grpo.config.schema import ConfigError, RunConfig
 from async_grpo.config.validate import validate
 from async_grpo.controller.job import Spawn
 from async_grpo.launch.prepare import prepare
+from async_grpo.launch.signals import run_watched
 from async_grpo.launch.spawn import spawn_components
 from async_grpo.train import run
 
@@ -93,7 +93,7 @@ def sweep(
         age = cfg.buffer.max_policy_age
         log(f"sweep: max_policy_age {age} -> {cfg.out_dir}")
         prep = prepare(cfg)
-        summary = asyncio.run(run(cfg, prep, quiet=True, spawn=spawn))
+        summary = run_watched(run(cfg, prep, quiet=True, spawn=spawn))
         done.append(
             SweepRun(
                 age,

@@ -24,13 +24,17 @@ from async_grpo.tasks.environments import TaskSource
 @dataclasses.dataclass
 class StopRequest:
     """Ctrl-C or SIGTERM as the job sees it: the training loop ends after its current step,
-    a checkpoint is written, every process is stopped. `signal` is the one received."""
+    a checkpoint is written, every process is stopped. `signal` is the one received,
+    `sender` who sent it ("pid 1234 (its command line)", `launch.signals.Sender`; None when
+    not known)."""
 
     signal: int | None = None
     event: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    sender: str | None = None
 
-    def request(self, signum: int) -> None:
+    def request(self, signum: int, sender: str | None = None) -> None:
         self.signal = signum
+        self.sender = sender
         self.event.set()
 
 

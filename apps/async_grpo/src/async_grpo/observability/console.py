@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import signal
 import time
 
 from tqdm import tqdm  # type: ignore[import-untyped]
@@ -36,6 +37,8 @@ class Summary:
     """Everything the run measured (its evaluations, rewards, failures)."""
     stopped_by: int | None = None
     """The signal (SIGINT, SIGTERM) that ended the run early, None if it ran to its end."""
+    stopped_by_sender: str | None = None
+    """Who sent `stopped_by`: "pid 1234 (its command line)" (None: not known)."""
 
 
 class Reporter:
@@ -82,9 +85,10 @@ class Reporter:
                 f"(generator v{shown.policy_version}, {row.version - shown.policy_version} behind)"
             )
 
-    def summary(self, stopped_by: int | None) -> Summary:
+    def summary(self, stopped_by: int | None, sender: str | None = None) -> Summary:
         """The run's summary; a resumed run's continues the interrupted run's (its metrics,
-        wall clock included, were restored from the checkpoint)."""
+        wall clock included, were restored from the checkpoint). `stopped_by`: the signal
+        that ended it early, `sender` who sent it."""
         metrics = self.metrics
         evals = metrics.evals
         self.bar.close()
@@ -105,8 +109,15 @@ class Reporter:
             episodes_per_s=last.episodes_per_s if last else 0.0,
             trainer_idle_frac=last.trainer_idle_frac if last else 1.0,
             stopped_by=stopped_by,
+            stopped_by_sender=sender,
             metrics=metrics,
         )
+
+
+def stop_signal(signum: int, sender: str | None) -> str:
+    """A stop signal and who sent it: "SIGTERM from pid 1234 (its command line)"."""
+    name = signal.Signals(signum).name
+    return f"{name} from {sender}" if sender else f"{name} (sender unknown)"
 
 
 def per_prompt(scores: tuple[tuple[str, float], ...]) -> str:
@@ -125,6 +136,9 @@ def print_summary(s: Summary, window: int, metrics_path: str) -> None:
             f"{s.eval_end:.3f}; >= 0.9 first at {first}\n"
             f"    final eval per prompt: {per_prompt(s.eval_per_prompt)}\n"
         )
+    stopped = ""
+    if s.stopped_by is not None:
+        stopped = f"stopped early by {stop_signal(s.stopped_by, s.stopped_by_sender)}\n"
     print(
         f"\n== summary ({s.mode}) ==\n"
         f"reward ({window}-episode window): start {s.reward_start:.3f} -> end {s.reward_end:.3f} "
@@ -133,6 +147,7 @@ def print_summary(s: Summary, window: int, metrics_path: str) -> None:
         f"{evals}"
         f"steps {s.steps}, wall {s.wall_s:.0f}s, {s.episodes_per_s:.0f} trained episodes/s, "
         f"trainer idle {s.trainer_idle_frac:.0%}\n"
+        f"{stopped}"
         f"metrics: {metrics_path}"
     )
 
