@@ -175,13 +175,17 @@ def test_a_killed_trainer_is_restored_from_the_last_checkpoint(
         )
     )
     died = [x for x in lines if x.startswith("[trainer died:")]
-    back = [x for x in lines if x.startswith("[trainer is back at version 4 after")]
     assert len(died) == 1, lines
-    assert "restoring it from step-000004" in died[0]
+    # The newest complete checkpoint: step 4's, unless its background write had not
+    # finished when the trainer died (a loaded machine), then step 2's.
+    source = int(died[0].split("restoring it from step-")[1][:6])
+    assert source in (2, 4), died
+    back = [x for x in lines if x.startswith(f"[trainer is back at version {source} after")]
     assert len(back) == 1, lines
-    assert "step 5 is trained again" in back[0]
+    redone = KILL_AT - source
+    assert ("step 5 is" if redone == 1 else "steps 3-5 are") + " trained again" in back[0]
     last = rows(tmp_path)[-1]
-    assert (last["trainer_restores"], last["steps_redone"]) == (1, 1)
+    assert (last["trainer_restores"], last["steps_redone"]) == (1, redone)
     assert last["restore_s"] > 0
     assert [unaccounted(r) for r in rows(tmp_path)] == [0] * STEPS  # rolled back: lost
     assert trained(tmp_path) == trained(clean)
