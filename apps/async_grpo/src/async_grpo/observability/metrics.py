@@ -96,6 +96,9 @@ class StepRow:
     weight_sync_transport: str = ""
     """How the last weight sync's bytes reached the generators: "shm" (same machine), "rdma"
     (another machine), or both joined by "+" (`weight_sync.WeightSync.transport`)."""
+    weight_sync_bytes: int = 0
+    """Bytes of tensor data one generator pulls for this step's version: the whole state
+    dict, or with LoRA adapters the adapters alone."""
 
 
 @dataclasses.dataclass
@@ -279,6 +282,7 @@ class RunMetrics:
             episodes_dropped=self.episodes_dropped,
             checkpoint_s=0.0,
             weight_sync_transport=self.last_sync_transport,
+            weight_sync_bytes=result.update.nbytes,
             **dataclasses.asdict(self.faults),
         )
         return self.last_row

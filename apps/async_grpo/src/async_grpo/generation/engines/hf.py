@@ -3,6 +3,10 @@
 The embedded default: nothing to install beyond the app, the same model class the trainer
 runs, and weights pulled straight into its parameters. Right for a CPU and for checking;
 on a GPU an inference engine (`engines.vllm`) keeps the device far busier.
+
+With LoRA (`lora.rank > 0`) the model carries the trainer's adapters (`model.lora`, the same
+peft wrapping, so the same names) and samples from base + adapter; a pull copies the adapter
+tensors alone into them, all or nothing, the base weights never change.
 """
 
 from __future__ import annotations
@@ -12,8 +16,9 @@ import os
 import torch
 from torch import Tensor
 
-from async_grpo.config.schema import ModelConfig, SamplingConfig
+from async_grpo.config.schema import LoraConfig, ModelConfig, SamplingConfig
 from async_grpo.generation.decoding import Completion, generate, sample
+from async_grpo.model.lora import add_adapters
 from async_grpo.model.policy import load_policy, load_tokenizer, torch_device, torch_dtype
 from async_grpo.weight_sync.update import WeightSync, WeightUpdate, pull
 
@@ -29,9 +34,12 @@ class HFEngine:
         sampling: SamplingConfig,
         seed: int,
         device: str = "auto",
+        *,
+        lora: LoraConfig | None = None,
     ) -> None:
         device_ = torch_device(device)
         policy = load_policy(model_path, torch_dtype(model.dtype))
+        self._adapter = add_adapters(policy, lora) if lora is not None and lora.enabled else None
         self._model = policy.to(device_)  # type: ignore[arg-type]
         self._tokenizer = load_tokenizer(model_path)
         self._sampling = sampling
@@ -71,7 +79,7 @@ class HFEngine:
         return torch.Generator(self._rng.device).manual_seed(seed)
 
     async def load_weights(self, update: WeightUpdate) -> WeightSync:
-        result = await pull(update, self._model)
+        result = await pull(update, self._model, self._adapter)
         self.version = result.version
         return result
 
