@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from async_grpo.config.schema import LoraConfig, LossConfig, SamplingConfig, TrainerConfig
+from async_grpo.config.schema import LoraConfig, SamplingConfig, TrainerConfig
 from async_grpo.generation.decoding import generate
 from async_grpo.generation.episodes import to_episodes
 from async_grpo.grpo.step import TrainerCore
-from async_grpo.model.lora import add_adapters, adapter_state, train_adapter_dropout
+from async_grpo.model.lora import adapter_state, add_adapters, train_adapter_dropout
 from async_grpo.model.policy import load_policy, load_tokenizer
 from peft import PeftModel
 from replay_buffer import Episode

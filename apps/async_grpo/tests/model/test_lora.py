@@ -7,8 +7,8 @@ import pytest
 import torch
 from async_grpo.config.schema import LoraConfig
 from async_grpo.model.lora import (
-    add_adapters,
     adapter_state,
+    add_adapters,
     check_targets,
     linear_module_names,
     train_adapter_dropout,
@@ -38,7 +38,9 @@ def test_only_the_adapters_train_and_they_start_as_the_base_model(tiny_checkpoin
     assert all(".lora_A." in n or ".lora_B." in n for n in trainable)
     # B is zero: the wrapped model computes exactly what the base did.
     assert torch.equal(logits(model), before)
-    frozen = {n.replace(".base_layer", ""): p for n, p in model.named_parameters() if "lora_" not in n}
+    frozen = {
+        n.replace(".base_layer", ""): p for n, p in model.named_parameters() if "lora_" not in n
+    }
     assert frozen.keys() == base.keys()
     assert not any(p.requires_grad for p in frozen.values())
     assert all(torch.equal(frozen[n], base[n]) for n in base)
@@ -85,7 +87,7 @@ def test_target_modules_may_be_dotted_suffixes(tiny_checkpoint: Path) -> None:
 )
 def test_an_unknown_target_is_one_line(tiny_checkpoint: Path, targets: str, message: str) -> None:
     config = AutoConfig.from_pretrained(str(tiny_checkpoint))
-    with pytest.raises(ValueError, match="^trainer.lora") as raised:
+    with pytest.raises(ValueError, match=r"^trainer\.lora") as raised:
         check_targets(config, LoraConfig(rank=2, target_modules=targets))
     assert str(raised.value).startswith(message)
     assert "\n" not in str(raised.value)

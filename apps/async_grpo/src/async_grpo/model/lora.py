@@ -128,7 +128,7 @@ def adapter_state(wrapped: PeftModel) -> dict[str, Tensor]:
     from peft import get_peft_model_state_dict  # noqa: PLC0415
 
     state: dict[str, Tensor] = get_peft_model_state_dict(wrapped, save_embedding_layers=False)
-    params = {p.data_ptr() for p in wrapped.parameters() if p.requires_grad}
+    params = {p.data_ptr() for p in wrapped.parameters()}
     copied = [n for n, t in state.items() if t.data_ptr() not in params]
     if copied:
         # A copy would publish stale values and swallow every pull: refuse it loudly.
