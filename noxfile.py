@@ -241,6 +241,7 @@ def browser(session: nox.Session) -> None:
 # The vLLM engine's tests: they skip elsewhere (no vLLM), and must run here.
 VLLM_TESTS = [
     "apps/async_grpo/tests/generation/test_vllm_engine.py",
+    "apps/async_grpo/tests/generation/test_vllm_lora.py",
     "apps/async_grpo/tests/runs/test_vllm_learning.py",
 ]
 

@@ -11,6 +11,7 @@ from async_grpo.model.lora import (
     add_adapters,
     check_targets,
     linear_module_names,
+    merged_weights,
     train_adapter_dropout,
 )
 from async_grpo.model.policy import load_policy
@@ -112,3 +113,26 @@ def test_adapter_dropout_runs_in_an_eval_model_and_nothing_else_does(
     training = {n for n, m in model.named_modules() if m.training}
     assert training
     assert all(".lora_dropout" in n for n in training)
+
+
+def test_merged_weights_are_what_peft_merges(tiny_checkpoint: Path) -> None:
+    lora = LoraConfig(rank=4, alpha=12, target_modules="q_proj,down_proj")
+    wrapped = add_adapters(load_policy(str(tiny_checkpoint)), lora)
+    with torch.no_grad():
+        for tensor in adapter_state(wrapped).values():
+            tensor.normal_(0, 0.1)  # B too: a trained adapter, not the zero it starts as
+    base = load_policy(str(tiny_checkpoint)).state_dict()
+    merged = merged_weights(base, adapter_state(wrapped), lora)
+    expected = wrapped.merge_and_unload().state_dict()
+    assert merged.keys() == base.keys()
+    for name, tensor in expected.items():
+        torch.testing.assert_close(merged[name], tensor, atol=1e-6, rtol=1e-6)
+    assert not torch.equal(
+        merged["model.layers.0.mlp.down_proj.weight"], base["model.layers.0.mlp.down_proj.weight"]
+    )
+    assert (
+        merged["model.layers.0.self_attn.k_proj.weight"]
+        is base["model.layers.0.self_attn.k_proj.weight"]
+    )
+    with pytest.raises(ValueError, match="adapts no weight of the base model"):
+        merged_weights(base, {"base_model.model.model.nope.lora_A.weight": torch.zeros(1)}, lora)

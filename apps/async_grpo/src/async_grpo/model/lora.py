@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Protocol
 
 import torch
@@ -142,3 +142,30 @@ def train_adapter_dropout(model: torch.nn.Module) -> None:
     for name, module in model.named_modules():
         if name.endswith("lora_dropout") or ".lora_dropout." in name:
             module.train(True)
+
+
+_PEFT_PREFIX = "base_model.model."
+
+
+def merged_weights(
+    base: Mapping[str, Tensor], adapter: Mapping[str, Tensor], settings: LoraSettings
+) -> dict[str, Tensor]:
+    """`base` (a checkpoint's state dict, its names) with `adapter` (`adapter_state`'s names)
+    merged in: W + (alpha / rank) * B A for every adapted layer, computed in float32 and
+    cast to W's dtype; every other tensor is `base`'s own. What peft's `merge_and_unload`
+    computes, for an engine that loads whole weights (vLLM)."""
+    pairs: dict[str, dict[str, Tensor]] = {}
+    for name, tensor in adapter.items():
+        module, _, kind = name.removeprefix(_PEFT_PREFIX).rpartition(".lora_")
+        if kind not in ("A.weight", "B.weight") or f"{module}.weight" not in base:
+            raise ValueError(f"adapter tensor {name!r} adapts no weight of the base model")
+        pairs.setdefault(module, {})[kind[0]] = tensor
+    scale = settings.alpha / settings.rank
+    merged = dict(base)
+    for module, ab in pairs.items():
+        if ab.keys() != {"A", "B"}:
+            raise ValueError(f"the adapter of {module!r} lacks its A or B matrix")
+        weight = base[f"{module}.weight"]
+        delta = ab["B"].float() @ ab["A"].float()
+        merged[f"{module}.weight"] = (weight.float() + scale * delta).to(weight.dtype)
+    return merged

@@ -20,7 +20,7 @@ This module is the one place that knows there are two.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import dtensor_reshard
@@ -48,7 +48,8 @@ class TrainerPublisher:
 
     A sharded model (`sharded=True`) publishes its parameters (DTensors); a plain one its
     state dict, or with `adapter` (the `PeftModel` around `model`) the adapter's tensors
-    alone. Non-finite weights are refused before anything is staged.
+    alone. The tensors are the model's own, so each publish stages their current values.
+    Non-finite weights are refused before anything is staged.
     """
 
     def __init__(
@@ -62,21 +63,14 @@ class TrainerPublisher:
             raise ValueError("LoRA adapters are published by a one-process trainer only")
         self._state: dict[str, Tensor]
         self._publisher: Publisher | ShardedPublisher
-        self._adapter = adapter
         if sharded:
             self._state = dict(model.named_parameters())
             self._publisher = ShardedPublisher(rank)
         else:
-            self._state = model.state_dict()
+            self._state = adapter_state(adapter) if adapter is not None else model.state_dict()
             self._publisher = Publisher()
 
     def publish(self, version: int) -> WeightPart:
-        if self._adapter is not None:
-            # Asked for each time: a restore from a checkpoint may have replaced tensors.
-            adapter = adapter_state(self._adapter)
-            check_finite(adapter, version)
-            assert isinstance(self._publisher, Publisher)
-            return self._publisher.publish(adapter, version)
         check_finite(self._state, version)
         if isinstance(self._publisher, ShardedPublisher):
             return self._publisher.publish(self._state, version)  # type: ignore[arg-type]
@@ -128,16 +122,15 @@ def oldest(syncs: Sequence[WeightSync]) -> WeightSync:
 
 
 async def pull(
-    update: WeightUpdate, model: PreTrainedModel, adapter: PeftModel | None = None
+    update: WeightUpdate, model: PreTrainedModel, adapter: Mapping[str, Tensor] | None = None
 ) -> WeightSync:
     """Installs `update` into `model`, all or nothing (a failed pull leaves the running
-    weights untouched), cast to the model's dtype; with `adapter` (the `PeftModel` around
-    `model`), into the adapter's tensors alone."""
+    weights untouched), cast to the model's dtype; with `adapter` (`model.lora.adapter_state`
+    of the `PeftModel` around `model`), into the adapter's tensors alone."""
     if adapter is not None:
         if isinstance(update, ShardedManifest):
             raise TypeError("a sharded trainer's update holds whole weights, not an adapter")
-        into = adapter_state(adapter)
-        adapted = await rdma_tensor.pull(update, into=into, allow_cast=True)
+        adapted = await rdma_tensor.pull(update, into=adapter, allow_cast=True)
         return WeightSync(adapted.version, adapted.seconds, adapted.transport.value)
     if isinstance(update, ShardedManifest):
         # The trainer's layouts name parameters (a tied head appears once).

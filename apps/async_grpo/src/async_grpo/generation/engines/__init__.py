@@ -86,6 +86,7 @@ def make_engine(
             kv_cache_gib=kv_cache_gib,
             tensor_parallel=tensor_parallel,
             kv_block_tokens=kv_block_tokens,
+            lora=lora,
         )
     raise ValueError(f"unknown generation engine {name!r}; known: {', '.join(ENGINES)}")
 

@@ -18,7 +18,7 @@ from torch import Tensor
 
 from async_grpo.config.schema import LoraConfig, ModelConfig, SamplingConfig
 from async_grpo.generation.decoding import Completion, generate, sample
-from async_grpo.model.lora import add_adapters
+from async_grpo.model.lora import adapter_state, add_adapters
 from async_grpo.model.policy import load_policy, load_tokenizer, torch_device, torch_dtype
 from async_grpo.weight_sync.update import WeightSync, WeightUpdate, pull
 
@@ -39,7 +39,8 @@ class HFEngine:
     ) -> None:
         device_ = torch_device(device)
         policy = load_policy(model_path, torch_dtype(model.dtype))
-        self._adapter = add_adapters(policy, lora) if lora is not None and lora.enabled else None
+        wrapped = add_adapters(policy, lora) if lora is not None and lora.enabled else None
+        self._adapter = adapter_state(wrapped) if wrapped is not None else None
         self._model = policy.to(device_)  # type: ignore[arg-type]
         self._tokenizer = load_tokenizer(model_path)
         self._sampling = sampling
