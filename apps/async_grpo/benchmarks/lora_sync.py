@@ -37,7 +37,7 @@ from async_grpo.config.presets import ARCHS
 from async_grpo.config.schema import LoraConfig
 from async_grpo.model.lora import adapter_state, add_adapters
 from async_grpo.model.policy import qwen2_config, torch_dtype
-from async_grpo.weight_sync.update import TrainerPublisher, WeightUpdate
+from async_grpo.weight_sync.update import TrainerPublisher, WeightUpdate, merge
 from async_grpo.weight_sync.update import pull as pull_update
 from monarch.actor import Actor, endpoint, this_host
 from transformers import PreTrainedModel, Qwen2ForCausalLM
@@ -49,7 +49,8 @@ if TYPE_CHECKING:
 def build(arch: str, rank: int, dtype: torch.dtype) -> tuple[PreTrainedModel, PeftModel | None]:
     """The architecture with random weights in `dtype`, with rank-`rank` adapters (0: none)."""
     torch.manual_seed(0)
-    model = Qwen2ForCausalLM(qwen2_config(ARCHS[arch], None)).to(dtype)
+    model = Qwen2ForCausalLM(qwen2_config(ARCHS[arch], None))
+    model.to(dtype)  # type: ignore[arg-type]
     model.train(False)
     adapter = add_adapters(model, LoraConfig(rank=rank)) if rank else None
     return model, adapter
@@ -70,7 +71,7 @@ class BenchTrainer(Actor):
             for p in self.trained:
                 p.add_(1e-3)
         start = time.perf_counter()
-        update = self.publisher.publish(version)
+        update = merge([self.publisher.publish(version)])
         return update, time.perf_counter() - start
 
 

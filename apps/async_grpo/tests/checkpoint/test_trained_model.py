@@ -19,7 +19,7 @@ from async_grpo.grpo.step import TrainerCore
 from async_grpo.model.lora import adapter_state, add_adapters
 from async_grpo.model.policy import load_policy, load_tokenizer
 from peft import PeftModel
-from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint.filesystem import FileSystemReader
 from transformers import AutoModelForCausalLM
 
 LORA = LoraConfig(rank=4, alpha=8, target_modules="q_proj,v_proj,down_proj")

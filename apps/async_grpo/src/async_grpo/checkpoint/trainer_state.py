@@ -6,7 +6,9 @@ by N sharded ranks loads into M (or into one unsharded process, and back): a run
 with another `--trainer.procs`. `torch.distributed.checkpoint.state_dict.get_state_dict`
 names the optimizer state by parameter name, the same for a plain and an FSDP model. The
 learning-rate schedule is a function of the version (`grpo.step.learning_rate`), so the
-version is its whole state.
+version is its whole state. Only what trains is saved: with LoRA adapters
+(`trainer.lora.rank > 0`) that is the adapters and their AdamW moments (the base weights
+are the model's as loaded, again on restore), so a checkpoint is megabytes, not the model.
 
 Copying and writing happen in the background (`CheckpointWriter`): the trainer is held only
 while it hands DCP its state, and its next optimizer update waits for the copy to finish. A
