@@ -14,7 +14,8 @@ Per version (`--versions` of them after one warm-up version that allocates the s
 the trainer's trained weights change (a stand-in for an optimizer step, not timed), then the
 trainer's publish and the generator's pull are timed; the table shows the medians and the
 bytes one version moves (`Manifest.nbytes`, what a step row records as `weight_sync_bytes`).
-`--transport rdma` makes the pull take the cross-machine path (RDMA, or Monarch's TCP
+Each process runs `--threads` torch threads (1, as the app's actors). `--transport rdma`
+makes the pull take the cross-machine path (RDMA, or Monarch's TCP
 fallback without ibverbs) instead of shared memory.
 
     uv run python apps/async_grpo/benchmarks/lora_sync.py
@@ -128,6 +129,8 @@ async def measure(args: argparse.Namespace, rank: int) -> Row:
         await trainer_procs.stop()
         await gen_procs.stop()
     mode = f"LoRA rank {rank}" if rank else "whole model"
+    each = " ".join(f"{(a + b) * 1e3:.0f}" for a, b in zip(publish_s, pull_s, strict=True))
+    print(f"{mode}: sync ms of each version: {each}", flush=True)
     return Row(mode, nbytes, statistics.median(publish_s), statistics.median(pull_s))
 
 
@@ -154,7 +157,10 @@ async def main() -> None:
     parser.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"])
     parser.add_argument("--versions", type=int, default=5)
     parser.add_argument("--transport", default="", choices=["", "rdma"])
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    # One, as the app's trainer and generator actors set: with more, each process's idle
+    # OpenMP threads spin on the cores the other one needs, which costs the many small
+    # copies of an adapter far more than the few large ones of a whole model.
+    parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     if args.transport:
         os.environ["RDMA_TENSOR_TRANSPORT"] = args.transport  # inherited by both processes
