@@ -40,8 +40,9 @@ class HFEngine:
         device_ = torch_device(device)
         policy = load_policy(model_path, torch_dtype(model.dtype))
         wrapped = add_adapters(policy, lora) if lora is not None and lora.enabled else None
-        self._adapter = adapter_state(wrapped) if wrapped is not None else None
         self._model = policy.to(device_)  # type: ignore[arg-type]
+        # Taken after the move: `to` gives the parameters new storage on a GPU.
+        self._adapter = adapter_state(wrapped) if wrapped is not None else None
         self._tokenizer = load_tokenizer(model_path)
         self._sampling = sampling
         self._chat = model.chat_template
