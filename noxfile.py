@@ -244,6 +244,7 @@ def browser(session: nox.Session) -> None:
 VLLM_TESTS = [
     "apps/async_grpo/tests/generation/test_vllm_engine.py",
     "apps/async_grpo/tests/generation/test_vllm_export.py",
+    "apps/async_grpo/tests/generation/test_vllm_lora.py",
     "apps/async_grpo/tests/runs/test_vllm_learning.py",
 ]
 

@@ -16,6 +16,7 @@ from async_grpo.controller.cut import HOLDS, ControllerState, write_files
 from async_grpo.controller.ledger import PromptLedger
 from async_grpo.grpo.step import TrainerCore
 from async_grpo.launch.spawn import buffer_config
+from async_grpo.model.lora import add_adapters
 from async_grpo.model.policy import load_policy
 from async_grpo.observability.metrics import RunMetrics
 from replay_buffer import ReplayBuffer
@@ -23,14 +24,18 @@ from replay_buffer import ReplayBuffer
 
 def make_checkpoint(cfg: RunConfig, version: int, *, moved: float = 0.0) -> Path:
     """Checkpoint `version` of a run with `cfg` (whose `model.path` must be a checkpoint),
-    in `cfg.out_dir`. `moved`: the weights are the model's plus that much Gaussian noise
-    (seeded by `version`), so they differ from what `model.path` holds."""
+    in `cfg.out_dir`. `moved`: the trained weights (every one, or with `trainer.lora` the
+    adapters) are the model's plus that much Gaussian noise (seeded by `version`), so they
+    differ from what `model.path` holds."""
     model = load_policy(cfg.model.path, torch.float32)
+    if cfg.trainer.lora.enabled:
+        add_adapters(model, cfg.trainer.lora)
     if moved:
         torch.manual_seed(version)
         with torch.no_grad():
             for p in model.parameters():
-                p.add_(moved * torch.randn_like(p))
+                if p.requires_grad:
+                    p.add_(moved * torch.randn_like(p))
     core = TrainerCore(model, cfg.trainer, cfg.sampling, vocab_size=16, pad_id=0, total_steps=9)
     core.version = version
     partial = disk.begin(Path(cfg.out_dir), version)

@@ -27,6 +27,7 @@ from async_grpo.grpo.step import TrainerCore
 from async_grpo.model.policy import load_policy, write_random_checkpoint
 from async_grpo.tasks.prompts import corpus_for
 from made_checkpoints import make_checkpoint, tree
+from peft import PeftModel
 from transformers import AutoModelForCausalLM
 
 
@@ -185,7 +186,8 @@ def test_a_missing_base_model_is_refused(
 def test_help_says_how_to_load_the_result(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["export", "--help"]) == 0
     out = capsys.readouterr().out
-    assert "RUN_DIR_OR_CHECKPOINT OUT_DIR [--force]" in out
+    assert "RUN_DIR_OR_CHECKPOINT OUT_DIR [--force] [--adapter-only]" in out
+    assert "PeftModel.from_pretrained" in out
     assert "AutoModelForCausalLM.from_pretrained" in out
 
 
@@ -203,3 +205,73 @@ def test_a_base_model_the_weights_do_not_fit_is_refused(
     assert (
         "Size mismatch between saved torch.Size([12, 128]) and current: torch.Size([12, 64])" in err
     )
+
+
+LORA = {
+    "trainer.lora.rank": "4",
+    "trainer.lora.alpha": "8",
+    "trainer.lora.target_modules": "q_proj,down_proj",
+}
+
+
+@pytest.fixture
+def lora_run(tmp_path: Path, tiny_checkpoint: Path) -> Path:
+    """A LoRA run's directory holding checkpoint 3, its adapters moved off zero."""
+    out = tmp_path / "lora-run"
+    cfg = apply_overrides(tiny(), {**LORA, "model.path": str(tiny_checkpoint), "out_dir": str(out)})
+    make_checkpoint(cfg, 3, moved=0.2)
+    return out
+
+
+def logits(model: torch.nn.Module) -> torch.Tensor:
+    with torch.no_grad():
+        out: torch.Tensor = model(input_ids=torch.tensor([[3, 4, 5, 6, 7]])).logits
+    return out
+
+
+def test_a_lora_run_exports_merged_or_as_its_adapter(
+    lora_run: Path, tmp_path: Path, tiny_checkpoint: Path
+) -> None:
+    merged_dir, adapter_dir = tmp_path / "merged", tmp_path / "adapter"
+    assert main(["export", str(lora_run), str(merged_dir)]) == 0
+    assert main(["export", str(lora_run), str(adapter_dir), "--adapter-only"]) == 0
+    # Merged: a plain Qwen2 that transformers loads alone, no adapter left in it.
+    merged = AutoModelForCausalLM.from_pretrained(merged_dir)
+    assert not any("lora" in n for n in merged.state_dict())
+    base = load_policy(str(tiny_checkpoint))
+    assert not torch.equal(logits(merged), logits(base))
+    # The adapter: megabytes rather than the model, put back onto the base by peft.
+    names = {p.name for p in adapter_dir.iterdir()}
+    assert {"adapter_config.json", "adapter_model.safetensors", "generation_config.json"} <= names
+    assert "model.safetensors" not in names
+    config = json.loads((adapter_dir / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == str(tiny_checkpoint.resolve())
+    assert (config["r"], config["lora_alpha"]) == (4, 8)
+    adapted = PeftModel.from_pretrained(load_policy(str(tiny_checkpoint)), str(adapter_dir))
+    torch.testing.assert_close(logits(adapted), logits(merged), atol=1e-5, rtol=1e-5)
+    info = read_export_info(adapter_dir)
+    assert info is not None
+    assert (info.adapter_only, info.version) == (True, 3)
+    merged_info = read_export_info(merged_dir)
+    assert merged_info is not None
+    assert not merged_info.adapter_only
+    assert merged_info.config.trainer.lora.rank == 4
+
+
+def test_eval_scores_an_adapter_as_its_merged_export(lora_run: Path, tmp_path: Path) -> None:
+    export(lora_run, tmp_path / "merged")
+    export(lora_run, tmp_path / "adapter", adapter_only=True)
+    scores = []
+    for name in ("merged", "adapter"):
+        json_path = tmp_path / f"{name}.json"
+        assert main(["eval", str(tmp_path / name), "--samples", "2", "--json", str(json_path)]) == 0
+        scores.append(json.loads(json_path.read_text())["rows"])
+    assert scores[0] == scores[1]
+
+
+def test_adapter_only_is_refused_for_a_full_fine_tune(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    err = refused([str(run_dir), str(tmp_path / "out"), "--adapter-only"], tmp_path, capsys)
+    assert "trained every weight (trainer.lora.rank 0)" in err
+    assert "leave out --adapter-only" in err

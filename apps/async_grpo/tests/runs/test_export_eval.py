@@ -26,6 +26,7 @@ from async_grpo.config.presets import tiny
 from async_grpo.config.schema import RunConfig
 from async_grpo.generation.decoding import generate
 from async_grpo.grpo.step import TrainerCore
+from async_grpo.model.lora import add_adapters
 from async_grpo.model.policy import built_checkpoint, load_policy, load_tokenizer
 from async_grpo.observability.console import Summary
 from async_grpo.train import run
@@ -35,10 +36,14 @@ pytestmark = pytest.mark.slow  # a whole run (or a whole set of processes)
 
 STEPS = 60
 
-RUNS: dict[str, dict[str, str]] = {"full": {}}
+RUNS: dict[str, dict[str, str]] = {
+    "full": {},
+    # The README's LoRA settings for the tiny preset: its frozen tied head needs the lower
+    # temperature to make one token much likelier than the others.
+    "lora": {"trainer.lora.rank": "8", "trainer.lr": "3e-3", "sampling.temperature": "0.3"},
+}
 """The runs walked through, by name: overrides of the tiny preset (`--key value` as a dict).
-A run that trains LoRA adapters is one more entry, `"lora": {"trainer.lora.rank": "8"}`:
-every test then also checks that run's export."""
+Every test checks each run; a LoRA run's export is its base with the adapters merged in."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +53,12 @@ class Trained:
     cfg: RunConfig
     summary: Summary
     out_dir: Path
+    overrides: dict[str, str]
+
+    @property
+    def flags(self) -> list[str]:
+        """The run's overrides as command-line flags, for `eval` of a model from elsewhere."""
+        return [a for key, value in self.overrides.items() for a in (f"--{key}", value)]
 
     @property
     def base(self) -> Path:
@@ -62,7 +73,7 @@ def trained(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     cfg = apply_overrides(tiny(), {**overrides, "out_dir": str(out), **RUNS[request.param]})
     summary = asyncio.run(run(cfg, quiet=True))
     assert summary.steps == STEPS
-    return Trained(cfg, summary, out)
+    return Trained(cfg, summary, out, RUNS[request.param])
 
 
 @pytest.fixture(scope="module")
@@ -79,9 +90,12 @@ def evaluated(args: list[str], json_path: Path) -> dict[str, Any]:
 
 
 def trainer_model(trained: Trained) -> PreTrainedModel:
-    """The policy of the run's newest checkpoint, loaded the way the trainer loads it."""
+    """The policy of the run's newest checkpoint, loaded the way the trainer loads it (a LoRA
+    run's adapters unmerged, as the trainer ran them)."""
     checkpoint = disk.complete(trained.out_dir)[-1]
     model = load_policy(str(trained.base))
+    if trained.cfg.trainer.lora.enabled:
+        add_adapters(model, trained.cfg.trainer.lora)
     core = TrainerCore(
         model, trained.cfg.trainer, trained.cfg.sampling, vocab_size=12, pad_id=0, total_steps=9
     )
@@ -101,7 +115,7 @@ def test_eval_scores_what_the_run_recorded(trained: Trained, tmp_path: Path) -> 
     assert (first.step, first.version) == (0, 0)
     assert (last.step, last.version) == (STEPS, STEPS)  # the final weights, after the run
     after = evaluated([str(trained.out_dir)], tmp_path / "after.json")
-    before = evaluated([str(trained.base)], tmp_path / "before.json")
+    before = evaluated([str(trained.base), *trained.flags], tmp_path / "before.json")
     # The same prompts, seeds, sampling and scoring as the run's own evaluation of the same
     # weights: the same numbers, to the bit.
     for numbers, recorded in ((after, last), (before, first)):
@@ -111,7 +125,8 @@ def test_eval_scores_what_the_run_recorded(trained: Trained, tmp_path: Path) -> 
     assert after["version"] == STEPS
     assert after["mean_reward"] - before["mean_reward"] >= 0.15, (before, after)
     print(
-        f"tiny preset, {STEPS} steps: mean reward {before['mean_reward']:.3f} -> "
+        f"tiny preset {trained.overrides}, {STEPS} steps: "
+        f"mean reward {before['mean_reward']:.3f} -> "
         f"{after['mean_reward']:.3f}, pass@1 {before['pass_at']['1']:.3f} -> "
         f"{after['pass_at']['1']:.3f}, pass@16 {before['pass_at']['16']:.3f} -> "
         f"{after['pass_at']['16']:.3f}"
@@ -120,10 +135,19 @@ def test_eval_scores_what_the_run_recorded(trained: Trained, tmp_path: Path) -> 
 
 def test_the_export_holds_the_trainers_weights(trained: Trained, exported: Path) -> None:
     model = AutoModelForCausalLM.from_pretrained(exported)
-    want = trainer_model(trained).state_dict()
+    trainer = trainer_model(trained)
     got = model.state_dict()
-    assert set(got) == set(want)
-    assert all(torch.equal(got[n], want[n]) for n in want)
+    if trained.cfg.trainer.lora.enabled:
+        # Merged: a plain model whose outputs are the trainer's base + adapter, to rounding.
+        assert not any("lora" in n for n in got)
+        assert set(got) == set(load_policy(str(trained.base)).state_dict())
+        ids = torch.arange(3, 11).unsqueeze(0)
+        with torch.no_grad():
+            torch.testing.assert_close(model(ids).logits, trainer(ids).logits, atol=1e-5, rtol=0)
+    else:
+        want = trainer.state_dict()
+        assert set(got) == set(want)
+        assert all(torch.equal(got[n], want[n]) for n in want)
     info = read_export_info(exported)
     assert info is not None
     assert info.version == STEPS

@@ -19,7 +19,7 @@ from monarch.actor import Actor, endpoint
 
 from async_grpo import tracing
 from async_grpo.actors._test_hang import maybe_hang
-from async_grpo.config.schema import GeneratorConfig, ModelConfig, SamplingConfig
+from async_grpo.config.schema import GeneratorConfig, LoraConfig, ModelConfig, SamplingConfig
 from async_grpo.generation.decoding import Completion
 from async_grpo.generation.engines import make_engine
 from async_grpo.generation.engines.hf import HFEngine
@@ -28,7 +28,8 @@ from async_grpo.weight_sync.update import WeightSync, WeightUpdate
 
 class Generator(Actor):
     """Starts `generator.engine` on the checkpoint in `model_path` and samples from it, on
-    `device` (`launch/devices.py` pinned this process to its GPUs)."""
+    `device` (`launch/devices.py` pinned this process to its GPUs), with the trainer's LoRA
+    adapters when `lora` is enabled."""
 
     def __init__(
         self,
@@ -39,6 +40,7 @@ class Generator(Actor):
         generator: GeneratorConfig | None = None,
         *,
         device: str = "auto",
+        lora: LoraConfig | None = None,
     ) -> None:
         torch.set_num_threads(1)  # many small processes share the cores
         tracing.start_from_env("generator")
@@ -53,6 +55,7 @@ class Generator(Actor):
             tensor_parallel=gen.tensor_parallel,
             kv_block_tokens=gen.kv_block_tokens,
             device=device,
+            lora=lora,
         )
 
     @endpoint

@@ -6,7 +6,9 @@ publishes its shards through `dtensor-reshard`. Everything else (the step, its g
 version) is `grpo.step.TrainerCore`. Every endpoint is called on the whole mesh: `train_step`
 and `full_weights` run collectives when sharded. A trainer given a checkpoint (`restore`)
 starts from its weights, optimizer state and version instead of the model's
-(`checkpoint.trainer_state`); `save` writes one in the background.
+(`checkpoint.trainer_state`); `save` writes one in the background. With
+`trainer.lora.rank > 0` the model carries LoRA adapters (`model.lora`): only they train,
+only they are published and checkpointed.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from async_grpo.checkpoint.trainer_state import CheckpointWriter, load_trainer_s
 from async_grpo.config.schema import SamplingConfig, TrainerConfig
 from async_grpo.grpo.loss import LossStats
 from async_grpo.grpo.step import TrainerCore
+from async_grpo.model.lora import add_adapters, train_adapter_dropout
 from async_grpo.model.policy import load_policy, load_tokenizer, torch_device
 from async_grpo.model.sharding import shard_model
 from async_grpo.weight_sync.update import TrainerPublisher, WeightPart, WeightUpdate
@@ -78,6 +81,11 @@ class Trainer(Actor):
         torch.manual_seed(seed)
         model = load_policy(model_path, torch.float32)
         sharded = cfg.procs > 1
+        if cfg.lora.enabled and sharded:
+            raise ValueError("trainer.lora: LoRA runs on one trainer process")
+        # B starts at zero: version 0 computes the base model's outputs whatever A is, so a
+        # generator's own random A is harmless until its first pull replaces it.
+        adapter = add_adapters(model, cfg.lora) if cfg.lora.enabled else None
         on = torch_device(device)
         if sharded:
             rank, world = shard_model(model, on)
@@ -96,9 +104,11 @@ class Trainer(Actor):
             rank=rank,
             world_size=world,
         )
+        if adapter is not None and cfg.lora.dropout > 0:
+            train_adapter_dropout(model)
         if restore is not None:
             load_trainer_state(self._core, Path(restore), sharded)
-        self._publisher = TrainerPublisher(model, rank, sharded)
+        self._publisher = TrainerPublisher(model, rank, sharded, adapter)
         self._writer = CheckpointWriter(sharded, gpu=on.type == "cuda")
         self._core.before_update = self._writer.staged
 

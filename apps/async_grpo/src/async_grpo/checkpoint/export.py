@@ -8,7 +8,7 @@ architecture or tokenizer: those are the run's base model, the `model.path` its 
 (a directory or a cached hub id, `model/locate.py`) or the random checkpoint the run built in
 its output directory (`model.policy.built_checkpoint`). The policy at the checkpoint's
 version is that base model with the checkpoint's weights loaded the way the trainer loads
-them (`load_weights`), whatever number of ranks wrote them.
+them (`trained_model.trained_policy`), whatever number of ranks wrote them.
 
 An export is written with `save_pretrained` (safetensors weights in float32, the trainer's
 dtype; the base model's config) beside its tokenizer, a generation config holding the run's
@@ -16,6 +16,11 @@ sampling distribution and `async_grpo.json` (which checkpoint and version, and t
 config, so `async-grpo eval` of the export defaults to the run's task and settings). It is
 written into a hidden directory beside `out` and renamed at the end: `out` is whole or not
 there.
+
+A LoRA run's checkpoint holds the adapters alone (`trained_model.py`): its export is the
+base model with the adapters merged in, a plain `transformers` model, or with
+`adapter_only` the adapter alone (`adapter_config.json`, `adapter_model.safetensors`),
+which `peft.PeftModel.from_pretrained` puts back onto the base model.
 """
 
 from __future__ import annotations
@@ -25,18 +30,21 @@ import json
 import os
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch.distributed.checkpoint.api import CheckpointException
-from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
-from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 from async_grpo.checkpoint import disk
 from async_grpo.checkpoint.resume import config_from, saved_config
+from async_grpo.checkpoint.trained_model import trained_adapter, trained_policy
 from async_grpo.config.schema import RunConfig, SamplingConfig
 from async_grpo.model.locate import ModelNotFound, locate_model
 from async_grpo.model.policy import built_checkpoint, load_policy, load_tokenizer
+
+if TYPE_CHECKING:
+    from peft import PeftModel
 
 EXPORT_FILE = "async_grpo.json"
 """What an export records of where it came from: `ExportInfo` as JSON."""
@@ -50,23 +58,28 @@ class ExportError(ValueError):
 class Policy:
     """A checkpoint's policy in this process: `model` (float32, on the CPU, eval mode) at
     weight `version`, `base` the directory of the base model (its tokenizer, its
-    architecture), `config` the run's config, `checkpoint` the directory it came from."""
+    architecture), `config` the run's config, `checkpoint` the directory it came from.
+    `adapter`: a LoRA run's adapter as peft holds it, when loaded to be written alone
+    (`model` then carries the adapters unmerged); None otherwise (a LoRA run's `model` has
+    them merged in)."""
 
     model: PreTrainedModel
     base: str
     config: RunConfig
     version: int
     checkpoint: Path
+    adapter: PeftModel | None = None
 
 
 @dataclasses.dataclass(frozen=True)
 class ExportInfo:
     """`async_grpo.json` of an export: the checkpoint it was written from, its weight
-    version and the run's config."""
+    version and the run's config; `adapter_only` when it holds a LoRA adapter alone."""
 
     checkpoint: str
     version: int
     config: RunConfig
+    adapter_only: bool = False
 
 
 def is_run_output(path: Path) -> bool:
@@ -141,29 +154,55 @@ def base_model(checkpoint: Path, cfg: RunConfig) -> str:
         raise ExportError(f"the run's base model (model.path {m.path!r}): {e}") from None
 
 
-def load_weights(model: torch.nn.Module, trainer_dir: Path) -> None:
-    """Replaces `model`'s weights (one unsharded process) with those of the trainer's
-    distributed checkpoint `trainer_dir`, written by any number of ranks: the model's part
-    of what `trainer_state.load_trainer_state` loads, the optimizer's state left on disk."""
-    state = {"model": get_model_state_dict(model)}
-    dcp_load(state, checkpoint_id=str(trainer_dir), no_dist=True)
-    set_model_state_dict(model, state["model"])
-
-
-def load_checkpoint(checkpoint: Path) -> Policy:
-    """The policy of `checkpoint` (checked by `find_checkpoint`) in this process."""
+def load_checkpoint(checkpoint: Path, *, adapter_only: bool = False) -> Policy:
+    """The policy of `checkpoint` (checked by `find_checkpoint`) in this process; with
+    `adapter_only`, a LoRA run's adapter unmerged (`ExportError` for a run without one)."""
     cfg = saved_config(checkpoint)
+    lora = cfg.trainer.lora
+    if adapter_only and not lora.enabled:
+        raise ExportError(
+            f"{checkpoint} is of a run that trained every weight (trainer.lora.rank 0): it "
+            "has no adapter to export alone; leave out --adapter-only"
+        )
     base = base_model(checkpoint, cfg)
-    model = load_policy(base, torch.float32)
+    trainer_dir = checkpoint / disk.TRAINER_DIR
+    adapter = None
     try:
-        load_weights(model, checkpoint / disk.TRAINER_DIR)
+        if adapter_only:
+            adapter = trained_adapter(trainer_dir, base, lora)
+            model = cast(PreTrainedModel, adapter.get_base_model())
+        else:
+            model = trained_policy(trainer_dir, base, lora)
     except CheckpointException as e:  # a shape or name that does not fit, per rank
         why = next((str(f[0]) for f in e.failures.values()), str(e)).strip().splitlines()
+        wrapped = " with the run's LoRA adapters" if lora.enabled else ""
         raise ExportError(
-            f"the weights in {checkpoint} do not fit the base model {base}: "
+            f"the weights in {checkpoint} do not fit the base model {base}{wrapped}: "
             f"{why[0] if why else 'DCP refused them'}"
         ) from None
-    return Policy(model, base, cfg, disk.read_manifest(checkpoint).version, checkpoint)
+    model.train(False)
+    version = disk.read_manifest(checkpoint).version
+    return Policy(model, base, cfg, version, checkpoint, adapter)
+
+
+def load_adapter_export(path: Path) -> PreTrainedModel:
+    """The model of an adapter-only export `path`: its base model (`adapter_config.json`'s
+    `base_model_name_or_path`) with the adapter merged in."""
+    from peft import PeftModel  # noqa: PLC0415  (a run without adapters never needs peft)
+
+    try:
+        base = json.loads((path / "adapter_config.json").read_text())["base_model_name_or_path"]
+    except (OSError, ValueError, KeyError) as e:
+        raise ExportError(f"{path} holds no readable LoRA adapter config ({e})") from None
+    if not base or not Path(base, "config.json").is_file():
+        raise ExportError(
+            f"the base model of the adapter {path} ({base!r}, adapter_config.json's "
+            "base_model_name_or_path) is not a model directory here"
+        )
+    adapted = PeftModel.from_pretrained(load_policy(base, torch.float32), str(path))
+    merged = cast(PreTrainedModel, adapted.merge_and_unload())
+    merged.train(False)
+    return merged
 
 
 def read_export_info(path: Path) -> ExportInfo | None:
@@ -175,7 +214,8 @@ def read_export_info(path: Path) -> ExportInfo | None:
     try:
         raw = json.loads(file.read_text())
         config = config_from(raw["config"], f"{file}'s config")
-        return ExportInfo(str(raw["checkpoint"]), int(raw["version"]), config)
+        adapter_only = bool(raw.get("adapter_only", False))
+        return ExportInfo(str(raw["checkpoint"]), int(raw["version"]), config, adapter_only)
     except (ValueError, KeyError, TypeError) as e:  # CheckpointError is a ValueError
         raise ExportError(f"{file} is not an export's record ({e})") from None
 
@@ -218,18 +258,27 @@ def generation_config(
 
 def write_model(policy: Policy, out: Path) -> Path:
     """Writes `policy` as a model directory `out` (checked by `check_destination`; one that
-    exists is replaced)."""
+    exists is replaced), or its `adapter` alone when it has one."""
     tokenizer = load_tokenizer(policy.base)
-    policy.model.generation_config = generation_config(policy.config.sampling, tokenizer)
+    generation = generation_config(policy.config.sampling, tokenizer)
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.parent / f".{out.name}.partial-{os.getpid()}-{os.urandom(4).hex()}"
     try:
         partial.mkdir()
-        policy.model.save_pretrained(str(partial))
+        if policy.adapter is not None:
+            # The base as a path that still leads to it from wherever the adapter is loaded.
+            config = policy.adapter.peft_config["default"]
+            config.base_model_name_or_path = str(Path(policy.base).resolve())
+            policy.adapter.save_pretrained(str(partial))
+            generation.save_pretrained(str(partial))
+        else:
+            policy.model.generation_config = generation
+            policy.model.save_pretrained(str(partial))
         tokenizer.save_pretrained(str(partial))
         info = {
             "checkpoint": str(policy.checkpoint.resolve()),
             "version": policy.version,
+            "adapter_only": policy.adapter is not None,
             "config": dataclasses.asdict(policy.config),
         }
         record = partial / EXPORT_FILE
@@ -248,13 +297,14 @@ def write_model(policy: Policy, out: Path) -> Path:
     return out
 
 
-def export(target: Path, out: Path, *, force: bool = False) -> Policy:
+def export(target: Path, out: Path, *, force: bool = False, adapter_only: bool = False) -> Policy:
     """Exports the checkpoint `target` names (a checkpoint, or a run directory's newest) as a
-    Hugging Face model directory `out`; returns the policy written. Everything is checked,
-    and the weights loaded, before anything is written."""
+    Hugging Face model directory `out` (`adapter_only`: a LoRA run's adapter alone); returns
+    the policy written. Everything is checked, and the weights loaded, before anything is
+    written."""
     checkpoint = find_checkpoint(target)
     base = base_model(checkpoint, saved_config(checkpoint))
     check_destination(out, checkpoint, base, force)
-    policy = load_checkpoint(checkpoint)
+    policy = load_checkpoint(checkpoint, adapter_only=adapter_only)
     write_model(policy, out)
     return policy

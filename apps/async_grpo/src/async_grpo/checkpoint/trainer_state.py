@@ -6,7 +6,9 @@ by N sharded ranks loads into M (or into one unsharded process, and back): a run
 with another `--trainer.procs`. `torch.distributed.checkpoint.state_dict.get_state_dict`
 names the optimizer state by parameter name, the same for a plain and an FSDP model. The
 learning-rate schedule is a function of the version (`grpo.step.learning_rate`), so the
-version is its whole state.
+version is its whole state. Only what trains is saved: with LoRA adapters
+(`trainer.lora.rank > 0`) that is the adapters and their AdamW moments (the base weights
+are the model's as loaded, again on restore), so a checkpoint is megabytes, not the model.
 
 Copying and writing happen in the background (`CheckpointWriter`): the trainer is held only
 while it hands DCP its state, and its next optimizer update waits for the copy to finish. A
@@ -23,9 +25,16 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_state_dict,
+    set_model_state_dict,
+    set_state_dict,
+)
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import AsyncSaveResponse, async_save
 
@@ -36,11 +45,38 @@ from async_grpo.grpo.step import TrainerCore
 warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
 
 
+# Frozen weights are not the run's state: with LoRA adapters the base weights are the
+# model's as loaded, and the checkpoint holds the adapters and their AdamW moments alone
+# (without adapters nothing is frozen, and it holds every weight).
+# Not strict when setting: the frozen weights are absent on purpose, and DCP's load has
+# already refused a checkpoint that lacks any of the trained ones.
+OPTIONS = StateDictOptions(ignore_frozen_params=True, strict=False)
+
+
+def _trained_only(model: torch.nn.Module, state: dict[str, Any]) -> dict[str, Any]:
+    """`state` without the entries that are a frozen weight under another name: a tied head
+    is not a parameter of its own, so `ignore_frozen_params` keeps it (545 MB of
+    Qwen2.5-0.5B's embedding in every LoRA checkpoint)."""
+    frozen = {p.data_ptr() for p in model.parameters() if not p.requires_grad}
+    if not frozen:
+        return state
+    return {k: v for k, v in state.items() if v.data_ptr() not in frozen}
+
+
 def _state(core: TrainerCore) -> dict[str, Any]:
     """What a checkpoint holds, as DCP reads and writes it: the tensors are the model's and
     optimizer's own (a load fills them in place)."""
-    model, optim = get_state_dict(core.model, core.optimizer)
+    model, optim = get_state_dict(core.model, core.optimizer, options=OPTIONS)
+    model = _trained_only(core.model, model)
     return {"model": model, "optim": optim, "trainer": {"version": core.version}}
+
+
+def load_model_state(model: torch.nn.Module, path: Path) -> None:
+    """Fills `model`'s trained weights (every one not frozen) from the trainer checkpoint in
+    `path`, in one process, leaving the optimizer's state on disk (an export)."""
+    state = {"model": _trained_only(model, get_model_state_dict(model, options=OPTIONS))}
+    dcp_load(state, checkpoint_id=str(path), no_dist=True)
+    set_model_state_dict(model, state["model"], options=OPTIONS)
 
 
 def load_trainer_state(core: TrainerCore, path: Path, sharded: bool) -> None:
@@ -53,6 +89,7 @@ def load_trainer_state(core: TrainerCore, path: Path, sharded: bool) -> None:
         core.optimizer,
         model_state_dict=state["model"],
         optim_state_dict=state["optim"],
+        options=OPTIONS,
     )
     core.version = int(state["trainer"]["version"])
 

@@ -40,7 +40,8 @@ EVAL_KEYS = (
 @dataclasses.dataclass(frozen=True)
 class Target:
     """What is evaluated: `model_dir`, a model directory (`checkpoint`: the checkpoint's,
-    whose policy is its run's base model with its weights); `version` the
+    whose policy is its run's base model with its weights; `adapter`: a LoRA adapter's,
+    merged onto the base model it names); `version` the
     weight version (0 for a model from elsewhere), which seeds the samples as the run's
     evaluation after that step; `config` the run's config, None for a model from
     elsewhere."""
@@ -49,6 +50,7 @@ class Target:
     checkpoint: Path | None
     version: int
     config: RunConfig | None
+    adapter: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,10 +75,18 @@ def find_target(raw: str) -> Target:
         checkpoint = find_checkpoint(path)
         version = read_manifest(checkpoint).version
         return Target(str(checkpoint), checkpoint, version, saved_config(checkpoint))
-    if path.is_dir() and not (path / "config.json").is_file():
-        raise ConfigError(f"{raw} is not a model directory (no config.json), a run or a checkpoint")
+    adapter = path.is_dir() and (path / "adapter_config.json").is_file()
+    if path.is_dir() and not adapter and not (path / "config.json").is_file():
+        raise ConfigError(
+            f"{raw} is not a model directory (no config.json), an adapter (no "
+            "adapter_config.json), a run or a checkpoint"
+        )
     if path.exists() and not path.is_dir():
         raise ConfigError(f"{raw} is a file, not a model directory, a run or a checkpoint")
+    if adapter:
+        info = read_export_info(path)
+        version, config = (info.version, info.config) if info else (0, None)
+        return Target(str(path), None, version, config, adapter=True)
     try:
         model_dir = locate_model(raw)
     except ModelNotFound:

@@ -9,8 +9,9 @@ with the app's reward functions: mean reward, pass@1 and pass@k, one row per pro
         --reward.fns numeric:0.9,format:0.1 --model.chat_template true
 
 MODEL_DIR_OR_CHECKPOINT: a run directory (its newest complete checkpoint), a checkpoint
-(`checkpoints/step-NNNNNN`), an export (`async-grpo export`), any Hugging Face model
-directory, or a hub id already in the local cache (nothing is downloaded).
+(`checkpoints/step-NNNNNN`), an export (`async-grpo export`; an adapter-only export is
+merged onto the base model its adapter config names), any Hugging Face model directory, or
+a hub id already in the local cache (nothing is downloaded).
 
 The defaults are the run's (a checkpoint's or an export's config; for another model, the
 `--preset`'s, `tiny` by default): its eval set (`--data.*`, `--eval_prompts`), reward
@@ -42,11 +43,12 @@ import dataclasses
 import json
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm  # type: ignore[import-untyped]
 
-from async_grpo.checkpoint.export import load_checkpoint
+from async_grpo.checkpoint.export import load_adapter_export, load_checkpoint
 from async_grpo.cli.eval_options import EvalOptions, parse_args
 from async_grpo.generation.engines.hf import HFEngine
 from async_grpo.launch.prepare import load_samples
@@ -146,6 +148,8 @@ def load(o: EvalOptions) -> Loaded:
     if o.target.checkpoint is not None:
         loaded = load_checkpoint(o.target.checkpoint)
         model_dir, policy = loaded.base, loaded.model  # the base model's tokenizer
+    elif o.target.adapter:
+        policy = load_adapter_export(Path(model_dir))  # its tokenizer is beside the adapter
     engine = HFEngine(
         model_dir, o.cfg.model, sampling, o.cfg.seed, o.cfg.device, policy=policy, greedy=o.greedy
     )

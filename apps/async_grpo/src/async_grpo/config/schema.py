@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 import tyro
 
 from async_grpo.config.placement import PlacementConfig
+from async_grpo.model.lora import QWEN2_PROJECTIONS
 
 ImportanceMode = Literal["clip", "truncate"]
 
@@ -185,6 +186,29 @@ class RewardConfig:
 
 
 @dataclasses.dataclass
+class LoraConfig:
+    """LoRA adapters (`peft`): with `rank > 0` the trainer trains low-rank adapters on
+    `target_modules` and nothing else (the base weights frozen, AdamW holding the adapters
+    alone), and a weight sync moves the adapters only (`model/lora.py`)."""
+
+    rank: int = 0
+    """Rank r of every adapter; 0: no adapters (every weight is trained)."""
+    alpha: int = 16
+    """Scale numerator: an adapter adds (alpha / rank) * B A to its layer's weight (> 0)."""
+    dropout: float = 0.0
+    """Dropout on each adapter's input, trainer side only, in [0, 1); > 0 makes even an
+    on-policy importance ratio differ from 1."""
+    target_modules: str = ",".join(QWEN2_PROJECTIONS)
+    """Comma-separated module names (or dotted suffixes of them) that get an adapter; the
+    default is every attention and MLP projection of a Qwen2 decoder layer."""
+
+    @property
+    def enabled(self) -> bool:
+        """Adapters are trained instead of the whole model."""
+        return self.rank > 0
+
+
+@dataclasses.dataclass
 class TrainerConfig:
     """GRPO trainer: AdamW on the token-level loss of `grpo.loss.grpo_loss`.
 
@@ -225,6 +249,8 @@ class TrainerConfig:
     taking or finishing a checkpoint, releasing staging): as `step_timeout_s`."""
     loss: LossConfig = dataclasses.field(default_factory=LossConfig)
     """The GRPO loss (`LossConfig`); `loss.kl_coef > 0` also spawns a reference model."""
+    lora: LoraConfig = dataclasses.field(default_factory=LoraConfig)
+    """LoRA adapters (`LoraConfig`); `lora.rank > 0` trains adapters only."""
 
 
 @dataclasses.dataclass

@@ -42,6 +42,9 @@ def validate(cfg: RunConfig) -> None:
         ("trainer.grad_clip", t.grad_clip > 0, "> 0"),
         ("trainer.batch_size", t.batch_size >= 1, ">= 1"),
         ("trainer.procs", t.procs >= 1, ">= 1"),
+        ("trainer.lora.rank", t.lora.rank >= 0, ">= 0 (0: no adapters)"),
+        ("trainer.lora.alpha", t.lora.alpha > 0, "> 0"),
+        ("trainer.lora.dropout", 0 <= t.lora.dropout < 1, "in [0, 1)"),
         ("trainer.step_timeout_s", 0 <= t.step_timeout_s < inf, ">= 0 (0: from the steps)"),
         ("trainer.call_timeout_s", 0 < t.call_timeout_s < inf, "> 0"),
         ("trainer.loss.clip_eps", loss.clip_eps > 0, "> 0"),
@@ -104,6 +107,12 @@ def validate(cfg: RunConfig) -> None:
             f"trainer.procs ({t.procs}) must be <= the groups per batch "
             f"(trainer.batch_size / sampling.group_size = {groups}): every trainer rank "
             "trains on at least one whole group",
+        ),
+        (
+            not (t.lora.enabled and t.procs > 1),
+            f"trainer.lora.rank {t.lora.rank} with trainer.procs {t.procs}: LoRA runs on one "
+            "trainer process (its optimizer state is the adapters' alone); use "
+            "--trainer.procs 1",
         ),
         (
             cfg.buffer.capacity >= t.batch_size,

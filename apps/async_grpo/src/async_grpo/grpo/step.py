@@ -110,7 +110,10 @@ class TrainerCore:
         model.train(False)
         self.vocab_size, self.pad_id, self.total_steps = vocab_size, pad_id, total_steps
         self.rank, self.world_size = rank, world_size
-        self.optimizer = make_optimizer(model.parameters(), cfg)
+        # Only what trains: with LoRA adapters the base weights are frozen, and AdamW then
+        # holds (and a checkpoint saves) the adapters' moments alone.
+        self.trained = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = make_optimizer(self.trained, cfg)
         self.version = 0
         # Called right before the optimizer changes the weights: a checkpoint still copying
         # them (`trainer_state.CheckpointWriter.staged`) is waited for there, not earlier.
@@ -148,7 +151,7 @@ class TrainerCore:
         # Backward even when the loss is not finite: every rank must run the same
         # collectives, and the global gradient norm then tells every rank to refuse the step.
         (loss * self.world_size).backward()  # type: ignore[no-untyped-call]
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
+        norm = torch.nn.utils.clip_grad_norm_(self.trained, self.cfg.grad_clip)
         grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
         if not (math.isfinite(stats.loss) and math.isfinite(grad_norm)):
             self.optimizer.zero_grad(set_to_none=True)

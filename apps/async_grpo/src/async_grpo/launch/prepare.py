@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 import torch
+from transformers import AutoConfig, PretrainedConfig
 
 from async_grpo.config.presets import ARCHS
 from async_grpo.config.schema import ConfigError, RunConfig
@@ -23,7 +24,8 @@ from async_grpo.launch.devices import DeviceError, DeviceMap, plan_devices
 from async_grpo.launch.launchers import check_launcher
 from async_grpo.launch.placement import Demand, PlacementError, PlacementPlan, plan_placement
 from async_grpo.model.locate import ModelNotFound, locate_model
-from async_grpo.model.policy import built_checkpoint, write_random_checkpoint
+from async_grpo.model.lora import check_targets
+from async_grpo.model.policy import built_checkpoint, qwen2_config, write_random_checkpoint
 from async_grpo.observability import wandb_run
 from async_grpo.tasks.environments import check_env_config, env_corpus, parse_env_weights
 from async_grpo.tasks.prompts import Sample, corpus_for, load_hf_dataset, load_jsonl
@@ -90,6 +92,26 @@ def check_generator(cfg: RunConfig, devices: DeviceMap) -> None:
     )
     if problem is not None:
         raise ConfigError(f"generator.engine {g.engine}: {problem}")
+
+
+def check_lora(cfg: RunConfig, model_path: str | None) -> None:
+    """With LoRA on, every target module names a linear layer of the model (`model_path`'s
+    config, or with None the architecture a random checkpoint is built of)."""
+    lora = cfg.trainer.lora
+    if not lora.enabled:
+        return
+    config: PretrainedConfig
+    if model_path is None:
+        config = qwen2_config(ARCHS[cfg.model.arch], None)
+    else:
+        try:
+            config = AutoConfig.from_pretrained(model_path)
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"model: cannot read the config of {model_path}: {e}") from None
+    try:
+        check_targets(config, lora)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 def plan_gpus(cfg: RunConfig, placement: PlacementPlan) -> DeviceMap:
@@ -159,6 +181,7 @@ def prepare(cfg: RunConfig) -> Prepared:
             model_path = locate_model(m.path)
         except ModelNotFound as e:
             raise ConfigError(str(e)) from None
+    check_lora(cfg, None if build else model_path)
     out_dir = make_out_dir(cfg)
     if build:
         # A random checkpoint of `arch`, with a tokenizer trained on the task's words.

@@ -193,6 +193,7 @@ async def spawn_components(
                 cfg.seed,
                 cfg.generator,
                 device=prep.devices.generator_device,
+                lora=cfg.trainer.lora,
             ),
             service(
                 "reward",

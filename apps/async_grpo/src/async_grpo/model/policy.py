@@ -59,11 +59,14 @@ QWEN25_05B_ARCH = ArchSpec(
 )
 
 
-def qwen2_config(arch: ArchSpec, tokenizer: PreTrainedTokenizerBase) -> Qwen2Config:
-    """A `Qwen2Config` for `arch`, with special token ids taken from `tokenizer`."""
-    vocab = arch.vocab_size if arch.vocab_size is not None else len(tokenizer)
-    if vocab < len(tokenizer):
-        raise ValueError(f"vocab_size {vocab} is smaller than the tokenizer ({len(tokenizer)})")
+def qwen2_config(arch: ArchSpec, tokenizer: PreTrainedTokenizerBase | None) -> Qwen2Config:
+    """A `Qwen2Config` for `arch`, with special token ids taken from `tokenizer` (None: the
+    layers alone, for checks made before a tokenizer exists; a vocabulary of 1 unless
+    `arch` sets one)."""
+    size = len(tokenizer) if tokenizer is not None else 1
+    vocab = arch.vocab_size if arch.vocab_size is not None else size
+    if vocab < size:
+        raise ValueError(f"vocab_size {vocab} is smaller than the tokenizer ({size})")
     return Qwen2Config(
         vocab_size=vocab,
         hidden_size=arch.hidden_size,
@@ -75,8 +78,8 @@ def qwen2_config(arch: ArchSpec, tokenizer: PreTrainedTokenizerBase) -> Qwen2Con
         tie_word_embeddings=arch.tie_word_embeddings,
         rope_parameters={"rope_type": "default", "rope_theta": arch.rope_theta},
         rms_norm_eps=arch.rms_norm_eps,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id if tokenizer is not None else None,
+        eos_token_id=tokenizer.eos_token_id if tokenizer is not None else None,
         bos_token_id=None,
     )
 

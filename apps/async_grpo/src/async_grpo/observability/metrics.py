@@ -111,6 +111,9 @@ class StepRow:
     """Mean response tokens of the trained episodes, and ..."""
     response_tokens_stale: float = 0.0
     """... of the stale ones: a staleness rule that starves long rollouts shows here."""
+    weight_sync_bytes: int = 0
+    """Bytes of tensor data one generator pulls for this step's version: the whole state
+    dict, or with LoRA adapters the adapters alone."""
 
 
 @dataclasses.dataclass
@@ -296,6 +299,7 @@ class RunMetrics:
             episodes_dropped=self.episodes_dropped,
             checkpoint_s=0.0,
             weight_sync_transport=self.last_sync_transport,
+            weight_sync_bytes=result.update.nbytes,
             **dataclasses.asdict(self.faults),
             episodes_stale=self.fates.stale,
             episodes_filtered=self.fates.filtered,

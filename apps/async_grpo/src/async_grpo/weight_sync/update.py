@@ -9,7 +9,10 @@ generator `pull`s it into its weights, all or nothing. Only the data path differ
 - a sharded trainer (`trainer.procs > 1`, every parameter a `Shard(0)` DTensor):
   `dtensor_reshard.ShardedPublisher` stages each rank's shards; the update is a
   `ShardedManifest`, and a generator (one unsharded copy) pulls exactly its pieces from
-  every rank, with no gather on the trainer side.
+  every rank, with no gather on the trainer side;
+- LoRA adapters (one trainer process): the base weights never change, so a version is the
+  adapter's tensors alone (`model.lora.adapter_state`, peft's names), staged and pulled as
+  above into the generator's own adapter.
 
 This module is the one place that knows there are two.
 """
@@ -17,7 +20,8 @@ This module is the one place that knows there are two.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import dtensor_reshard
 import rdma_tensor
@@ -27,6 +31,10 @@ from torch import Tensor
 from transformers import PreTrainedModel
 
 from async_grpo.grpo.step import check_finite
+from async_grpo.model.lora import adapter_state
+
+if TYPE_CHECKING:
+    from peft import PeftModel
 
 WeightPart = Manifest | ShardManifest
 """What one trainer rank returns for a version (the whole of it when there is one rank)."""
@@ -39,17 +47,27 @@ class TrainerPublisher:
     """The trainer's side: stages `model`'s weights as versions for the generators.
 
     A sharded model (`sharded=True`) publishes its parameters (DTensors); a plain one its
-    state dict. Non-finite weights are refused before anything is staged.
+    state dict, or with `adapter` (the `PeftModel` around `model`) the adapter's tensors
+    alone. The tensors are the model's own, so each publish stages their current values.
+    Non-finite weights are refused before anything is staged.
     """
 
-    def __init__(self, model: PreTrainedModel, rank: int, sharded: bool) -> None:
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        rank: int,
+        sharded: bool,
+        adapter: PeftModel | None = None,
+    ) -> None:
+        if adapter is not None and sharded:
+            raise ValueError("LoRA adapters are published by a one-process trainer only")
         self._state: dict[str, Tensor]
         self._publisher: Publisher | ShardedPublisher
         if sharded:
             self._state = dict(model.named_parameters())
             self._publisher = ShardedPublisher(rank)
         else:
-            self._state = model.state_dict()
+            self._state = adapter_state(adapter) if adapter is not None else model.state_dict()
             self._publisher = Publisher()
 
     def publish(self, version: int) -> WeightPart:
@@ -103,9 +121,17 @@ def oldest(syncs: Sequence[WeightSync]) -> WeightSync:
     )
 
 
-async def pull(update: WeightUpdate, model: PreTrainedModel) -> WeightSync:
+async def pull(
+    update: WeightUpdate, model: PreTrainedModel, adapter: Mapping[str, Tensor] | None = None
+) -> WeightSync:
     """Installs `update` into `model`, all or nothing (a failed pull leaves the running
-    weights untouched), cast to the model's dtype."""
+    weights untouched), cast to the model's dtype; with `adapter` (`model.lora.adapter_state`
+    of the `PeftModel` around `model`), into the adapter's tensors alone."""
+    if adapter is not None:
+        if isinstance(update, ShardedManifest):
+            raise TypeError("a sharded trainer's update holds whole weights, not an adapter")
+        adapted = await rdma_tensor.pull(update, into=adapter, allow_cast=True)
+        return WeightSync(adapted.version, adapted.seconds, adapted.transport.value)
     if isinstance(update, ShardedManifest):
         # The trainer's layouts name parameters (a tied head appears once).
         params = {n: p.detach() for n, p in model.named_parameters()}

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal, Protocol, get_args
 
-from async_grpo.config.schema import ModelConfig, SamplingConfig
+from async_grpo.config.schema import LoraConfig, ModelConfig, SamplingConfig
 from async_grpo.generation.decoding import Completion
 from async_grpo.weight_sync.update import WeightSync, WeightUpdate
 
@@ -65,13 +65,15 @@ def make_engine(
     tensor_parallel: int = 1,
     kv_block_tokens: int = 0,
     device: str = "auto",
+    lora: LoraConfig | None = None,
 ) -> Engine:
     """Starts engine `name` on the checkpoint in `model_path` (in this process), on `device`
-    (hf; vLLM runs where its build does, on the GPUs this process sees)."""
+    (hf; vLLM runs where its build does, on the GPUs this process sees), serving the
+    trainer's LoRA adapters when `lora` is enabled."""
     if name == "hf":
         from async_grpo.generation.engines.hf import HFEngine  # noqa: PLC0415
 
-        return HFEngine(model_path, model, sampling, seed, device)
+        return HFEngine(model_path, model, sampling, seed, device, lora=lora)
     if name == "vllm":
         # Imported here: the hf engine never pays for (or needs) vLLM.
         from async_grpo.generation.engines.vllm_engine import VLLMEngine  # noqa: PLC0415
@@ -84,6 +86,7 @@ def make_engine(
             kv_cache_gib=kv_cache_gib,
             tensor_parallel=tensor_parallel,
             kv_block_tokens=kv_block_tokens,
+            lora=lora,
         )
     raise ValueError(f"unknown generation engine {name!r}; known: {', '.join(ENGINES)}")
 

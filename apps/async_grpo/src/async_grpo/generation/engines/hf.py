@@ -3,6 +3,10 @@
 The embedded default: nothing to install beyond the app, the same model class the trainer
 runs, and weights pulled straight into its parameters. Right for a CPU and for checking;
 on a GPU an inference engine (`engines.vllm`) keeps the device far busier.
+
+With LoRA (`lora.rank > 0`) the model carries the trainer's adapters (`model.lora`, the same
+peft wrapping, so the same names) and samples from base + adapter; a pull copies the adapter
+tensors alone into them, all or nothing, the base weights never change.
 """
 
 from __future__ import annotations
@@ -13,8 +17,9 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
-from async_grpo.config.schema import ModelConfig, SamplingConfig
+from async_grpo.config.schema import LoraConfig, ModelConfig, SamplingConfig
 from async_grpo.generation.decoding import Completion, generate, sample
+from async_grpo.model.lora import adapter_state, add_adapters
 from async_grpo.model.policy import load_policy, load_tokenizer, torch_device, torch_dtype
 from async_grpo.weight_sync.update import WeightSync, WeightUpdate, pull
 
@@ -35,13 +40,17 @@ class HFEngine:
         *,
         policy: PreTrainedModel | None = None,
         greedy: bool = False,
+        lora: LoraConfig | None = None,
     ) -> None:
         device_ = torch_device(device)
         dtype = torch_dtype(model.dtype)
         # A checkpoint's policy comes in the trainer's float32; it samples in the generators'
         # dtype, as the run's own evaluation does.
         loaded = load_policy(model_path, dtype) if policy is None else policy.to(dtype)  # type: ignore[arg-type]
+        wrapped = add_adapters(loaded, lora) if lora is not None and lora.enabled else None
         self._model = loaded.to(device_)  # type: ignore[arg-type]
+        # Taken after the move: `to` gives the parameters new storage on a GPU.
+        self._adapter = adapter_state(wrapped) if wrapped is not None else None
         self._greedy = greedy
         self._tokenizer = load_tokenizer(model_path)
         self._sampling = sampling
@@ -83,7 +92,7 @@ class HFEngine:
         return torch.Generator(self._rng.device).manual_seed(seed)
 
     async def load_weights(self, update: WeightUpdate) -> WeightSync:
-        result = await pull(update, self._model)
+        result = await pull(update, self._model, self._adapter)
         self.version = result.version
         return result
 

@@ -16,6 +16,17 @@ weights are loaded and re-processed for its kernels, then copied into the runnin
 The prefix cache is reset after every load: a cached prefix holds keys and values the old
 weights computed. No checkpoint file, no restart.
 
+LoRA adapters (`lora.rank > 0`) are merged here, not served by vLLM's own LoRA support: a
+version arrives as the adapter's tensors alone (the bytes a sync moves stay the adapter's),
+then W + (alpha / rank) * B A is computed on CPU from the checkpoint's weights, kept here
+from start-up (`model.lora.merged_weights`), and the merged state dict goes through the
+same in-place reload as a whole-model version. vLLM's LoRA path would load each version
+from an adapter directory on disk under a new adapter id (one file write and one load per
+version, an id per version to retire) and run the extra LoRA kernels at every token; merged
+weights sample at the base model's speed, and the reload is the one the whole-model path
+already tests. What merging costs: the reload of every linear layer per version, as for a
+whole-model sync, and a CPU copy of the base weights per replica.
+
 Processes: `VLLM_ENABLE_V1_MULTIPROCESSING=0` keeps vLLM's engine core in this process, so
 with one worker (tensor parallel 1) vLLM starts no process at all, and a replica that dies
 leaves nothing behind. With tensor parallel > 1 (CUDA) vLLM starts one worker process per
@@ -35,10 +46,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import load_file
 from torch import Tensor
 
-from async_grpo.config.schema import ModelConfig, SamplingConfig
+from async_grpo.config.schema import LoraConfig, ModelConfig, SamplingConfig
 from async_grpo.generation.decoding import Completion, chat_prompt
+from async_grpo.model.lora import merged_weights
 from async_grpo.model.policy import load_tokenizer
 from async_grpo.seeds import derive_seed
 from async_grpo.weight_sync.staging import Stager
@@ -114,12 +127,24 @@ def _reload(worker: Any, weights: Mapping[str, Tensor]) -> None:
     )
 
 
+def checkpoint_weights(model_path: str) -> dict[str, Tensor]:
+    """Every tensor of the safetensors checkpoint in `model_path`, by name, on CPU."""
+    files = sorted(Path(model_path).glob("*.safetensors"))
+    if not files:
+        raise EngineError(f"{model_path} holds no *.safetensors weights to merge adapters into")
+    weights: dict[str, Tensor] = {}
+    for file in files:
+        weights.update(load_file(str(file)))
+    return weights
+
+
 class VLLMEngine:
     """A vLLM engine on the checkpoint in `model_path`, sampling as `sampling` says.
 
     kv_cache_gib: memory reserved for the KV cache, in GiB (CPU RAM on a CPU, GPU memory on
         a GPU). tensor_parallel: GPUs the model is split over (1 on a CPU). kv_block_tokens:
-        tokens per KV-cache block (0: vLLM's choice, 128 on a CPU).
+        tokens per KV-cache block (0: vLLM's choice, 128 on a CPU). lora: the trainer's LoRA
+        adapters, merged into the weights at every version.
     Raises `EngineError` naming the problem when vLLM is missing or cannot load the model.
     """
 
@@ -133,6 +158,7 @@ class VLLMEngine:
         kv_cache_gib: float,
         tensor_parallel: int = 1,
         kv_block_tokens: int = 0,
+        lora: LoraConfig | None = None,
     ) -> None:
         if not installed():
             raise EngineError(f"generator.engine vllm: vLLM is not installed; {INSTALL_HINT}")
@@ -193,6 +219,9 @@ class VLLMEngine:
         self._params = params(n=sampling.group_size)
         self._turn_params = params(n=1)  # a multi-turn episode samples each turn once
         self._stager = Stager()
+        self._lora = lora if lora is not None and lora.enabled else None
+        # The base weights the adapters are merged into, as the checkpoint holds them.
+        self._base = checkpoint_weights(model_path) if self._lora is not None else {}
         self.version = 0
         self.last_reload_s = 0.0
 
@@ -250,7 +279,10 @@ class VLLMEngine:
         staged = await self._stager.pull(update)
         start = time.perf_counter()
         if staged.version != self.version:
-            self._llm.collective_rpc(_reload, args=(staged.tensors,))
+            weights = staged.tensors
+            if self._lora is not None:
+                weights = merged_weights(self._base, staged.tensors, self._lora)
+            self._llm.collective_rpc(_reload, args=(weights,))
             if not self._llm.reset_prefix_cache():
                 raise RuntimeError("vLLM refused to reset its prefix cache after a weight load")
             self.version = staged.version
