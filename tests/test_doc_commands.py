@@ -242,7 +242,10 @@ def subcommand_problem(quoted: Quoted) -> str | None:
             return None
         raw, flags, rest = eval_options.split_args(args)
         cfg = eval_options.read_config(rest, PRESETS[flags.preset or DEFAULT_PRESET]())
-        eval_options.eval_options(eval_options.Target(raw, None, 0, None), flags, cfg, rest)
+        target = eval_options.Target(raw, None, 0, None)
+        # Read as on a machine with a GPU: a `--preset qwen2.5-0.5b` eval is meant for one.
+        with mock.patch("torch.cuda.is_available", return_value=True):
+            eval_options.eval_options(target, flags, cfg, rest)
     except ValueError as e:  # ConfigError is a ValueError
         return str(e)
     return None

@@ -1,7 +1,7 @@
 """Statements several pages make must say the same thing, word for word.
 
 Where the project has run is said on the front page, in the app's README and in the
-chapters about the whole loop and about several machines. A reader who finds it in one
+chapters about the whole loop and about several machines, and on the practitioner's page. A reader who finds it in one
 place must find the same sentence in the others, so a change to where it has run (a first
 GPU run, say) is made everywhere at once: this test fails until it is.
 """
@@ -24,6 +24,7 @@ PAGES = [
     "apps/async_grpo/README.md",
     "docs/05_async_rl.md",
     "docs/08_scaling_out.md",
+    "docs/practitioner.md",
 ]
 
 
