@@ -56,9 +56,11 @@ class Trained:
     overrides: dict[str, str]
 
     @property
-    def flags(self) -> list[str]:
-        """The run's overrides as command-line flags, for `eval` of a model from elsewhere."""
-        return [a for key, value in self.overrides.items() for a in (f"--{key}", value)]
+    def eval_flags(self) -> list[str]:
+        """The run's overrides that `eval` reads (its sampling), as command-line flags, for
+        `eval` of a model from elsewhere with the run's settings."""
+        read = {k: v for k, v in self.overrides.items() if k.startswith("sampling.")}
+        return [a for key, value in read.items() for a in (f"--{key}", value)]
 
     @property
     def base(self) -> Path:
@@ -115,7 +117,7 @@ def test_eval_scores_what_the_run_recorded(trained: Trained, tmp_path: Path) -> 
     assert (first.step, first.version) == (0, 0)
     assert (last.step, last.version) == (STEPS, STEPS)  # the final weights, after the run
     after = evaluated([str(trained.out_dir)], tmp_path / "after.json")
-    before = evaluated([str(trained.base), *trained.flags], tmp_path / "before.json")
+    before = evaluated([str(trained.base), *trained.eval_flags], tmp_path / "before.json")
     # The same prompts, seeds, sampling and scoring as the run's own evaluation of the same
     # weights: the same numbers, to the bit.
     for numbers, recorded in ((after, last), (before, first)):
