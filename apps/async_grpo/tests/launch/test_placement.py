@@ -338,8 +338,8 @@ def test_a_lost_process_that_cannot_move_is_one_line() -> None:
     line = run_failure(SupervisionError(TRAINER_GONE))
     assert line.startswith(
         "the trainer's process is gone (stopped: no status received from process: killed, "
-        "or its host died). The trainer, replay buffer, dataset and reference model cannot "
-        "move to another host"
+        "or its host died); only generator and reward replicas move to another host during a "
+        "run. Run the same command with --resume to continue from the run's newest checkpoint"
     ), line
     buffer = TRAINER_GONE.replace("trainer.Trainer trainer{", "buffer.BufferActor replay_buffer{")
     assert process_lost(buffer).startswith("the replay buffer's process is gone")

@@ -269,8 +269,9 @@ def process_lost(message: str) -> str:
     status = message.partition("has status:")[2].strip().splitlines()
     cause = status[0].strip() if status else message.strip().splitlines()[0]
     return (
-        f"{who}'s process is gone ({cause}: killed, or its host died). The trainer, replay "
-        "buffer, dataset and reference model cannot move to another host: start the run again"
+        f"{who}'s process is gone ({cause}: killed, or its host died); only generator and "
+        "reward replicas move to another host during a run. Run the same command with "
+        "--resume to continue from the run's newest checkpoint"
     )
 
 

@@ -126,14 +126,21 @@ def per_prompt(scores: tuple[tuple[str, float], ...]) -> str:
 
 def print_summary(s: Summary, window: int, metrics_path: str) -> None:
     reached = (
-        f"step {s.reached_09_step} ({s.reached_09_s:.0f}s)" if s.reached_09_step else "not reached"
+        f"step {s.reached_09_step} ({s.reached_09_s:.0f}s)"
+        if s.reached_09_step is not None
+        else "not reached"
     )
     evals = ""
     if s.eval_end is not None:
-        first = f"step {s.eval_reached_09_step}" if s.eval_reached_09_step else "not reached"
+        # Step 0 is a real answer: the initial weights already scored >= 0.9.
+        first = (
+            f"first at step {s.eval_reached_09_step}"
+            if s.eval_reached_09_step is not None
+            else "not reached"
+        )
         evals = (
             f"eval (every prompt of the eval set): initial weights {s.eval_start:.3f} -> final "
-            f"{s.eval_end:.3f}; >= 0.9 first at {first}\n"
+            f"{s.eval_end:.3f}; >= 0.9 {first}\n"
             f"    final eval per prompt: {per_prompt(s.eval_per_prompt)}\n"
         )
     stopped = ""
