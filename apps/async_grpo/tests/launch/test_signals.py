@@ -254,3 +254,41 @@ def test_a_sender_that_exited_is_named_by_what_is_left() -> None:
     child.wait()
     assert signals.command_line(child.pid) == ""
     assert "exited before it could be named" in str(signals.Sender(child.pid, ""))
+
+
+def test_a_wait_that_returns_no_stop_signal_is_ignored() -> None:
+    # `sigtimedwait` returned a siginfo with a garbage signal number (1461153528) while
+    # py-spy sampled the controller, and the run ended as if stopped: it must go on.
+    proc = start(
+        """
+        import asyncio, signal
+        from async_grpo.launch import signals
+
+        real = signal.sigtimedwait
+        answers = [signal.struct_siginfo((1461153528, 0, 0, 11, 0, 0, 0))]
+
+        def sigtimedwait(sigset, timeout):
+            return answers.pop() if answers else real(sigset, timeout)
+
+        signal.sigtimedwait = sigtimedwait
+        heard = []
+
+        async def run():
+            stop = signals.listen(asyncio.get_running_loop(), lambda n, s: heard.append(n))
+            print("ready", flush=True)
+            while answers:
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.5)
+            stop()
+            return "finished"
+
+        print(signals.run_watched(run()), heard, flush=True)
+        """
+    )
+    try:
+        wait_ready(proc)
+        assert proc.stdout is not None
+        assert proc.stdout.read() == "finished []\n"
+        assert proc.wait(timeout=30) == 0
+    finally:
+        proc.kill()

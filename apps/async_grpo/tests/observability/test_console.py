@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from async_grpo.observability.console import Summary, print_summary
+from async_grpo.observability.console import Summary, print_summary, stop_signal
 from async_grpo.observability.metrics import RunMetrics
 
 
@@ -57,3 +57,9 @@ def test_never_reached_says_so(capsys: pytest.CaptureFixture[str]) -> None:
     )
     assert "reward >= 0.9: not reached" in out
     assert ">= 0.9 not reached" in out
+
+
+def test_a_stop_signal_is_named_with_its_sender() -> None:
+    assert stop_signal(15, "pid 12 (kill 34)") == "SIGTERM from pid 12 (kill 34)"
+    assert stop_signal(2, None) == "SIGINT (sender unknown)"
+    assert stop_signal(1461153528, None) == "signal 1461153528 (sender unknown)"

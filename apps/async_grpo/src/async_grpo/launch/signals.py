@@ -208,7 +208,10 @@ def run_watched(main: Coroutine[Any, Any, T]) -> T:
     try:
         while worker.is_alive():
             info = signal.sigtimedwait(STOP_SIGNALS, _WAIT_S)
-            if info is not None:
+            # While `py-spy record` sampled the controller (ptrace interrupting this wait), it
+            # once returned a siginfo whose signal number was garbage (1461153528), which
+            # ended the run: act on a stop signal only.
+            if info is not None and info.si_signo in STOP_SIGNALS:
                 watch.handle(info.si_signo, sender_of(info))
     except BaseException:
         started.wait()

@@ -116,7 +116,10 @@ class Reporter:
 
 def stop_signal(signum: int, sender: str | None) -> str:
     """A stop signal and who sent it: "SIGTERM from pid 1234 (its command line)"."""
-    name = signal.Signals(signum).name
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:  # a number that names no signal: said as it is, never a crash
+        name = f"signal {signum}"
     return f"{name} from {sender}" if sender else f"{name} (sender unknown)"
 
 
