@@ -1,9 +1,10 @@
 """Statements several pages make must say the same thing, word for word.
 
-Where the project has run is said on the front page, in the app's README and in the
-chapters about the whole loop and about several machines, and on the practitioner's page. A reader who finds it in one
-place must find the same sentence in the others, so a change to where it has run (a first
-GPU run, say) is made everywhere at once: this test fails until it is.
+Where the project has run is said on the front page, in the app's README, in the
+chapters about the whole loop and about several machines, and on the practitioner's
+page. A reader who finds it in one place must find the same sentence in the others, so
+a change to where it has run (a first GPU run, say) is made everywhere at once: this
+test fails until it is.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from async_grpo.model.policy import load_tokenizer, write_random_checkpoint
 from rl_envs import Task, spawn_environment
 from rl_envs.openenv_adapter import OpenEnvEnvironment
 
-SERVER = Path(__file__).resolve().parents[3] / "packages/rl-envs/tests/openenv_server.py"
+SERVER = Path(__file__).resolve().parents[4] / "packages/rl-envs/tests/openenv_server.py"
 WORDS = "amber birch cedar delta ember fjord glade heron"
 
 
