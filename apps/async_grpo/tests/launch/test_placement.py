@@ -145,6 +145,7 @@ def test_services_spread_over_every_host_of_their_meshes() -> None:
         ({"launcher": "kubernetes", "hosts": "gen_a=1"}, "on Kubernetes a mesh names its pods"),
         ({"launcher": "slurm", "split_machines": True}, "split_machines is for launcher process"),
         ({"call_timeout_s": -1.0}, "placement.call_timeout_s must be >= 0 and finite"),
+        ({"spawn_timeout_s": 0.0}, "placement.spawn_timeout_s must be > 0 and finite, got 0.0"),
         (
             {"slurm": SlurmConfig(gpus_per_node=-8)},
             "placement.slurm.gpus_per_node must be >= 0 and finite",

@@ -11,10 +11,12 @@ browser`) or Chromium (`apt-get install chromium`) the test skips, saying which 
 with `ASYNC_GRPO_REQUIRE_BROWSER=1` (the `browser` nox session, so CI) it fails instead.
 `ASYNC_GRPO_SCREENSHOT_DIR` keeps the screenshots.
 
-Also a script, for the README's picture of a real sweep:
+Also a script, for chapter 06's pictures of a real sweep (`--position K`: the slider at
+the sweep's K-th run):
 
-    uv run --group browser python apps/async_grpo/tests/test_report_browser.py \\
-        runs/sweep/report.html apps/async_grpo/docs/sweep_report.png --position 0
+    PYTHONPATH=apps/async_grpo/tests uv run --group browser python \\
+        apps/async_grpo/tests/observability/test_report_browser.py \\
+        runs/sweep/report.html apps/async_grpo/docs/sweep_age0.png --position 0
 """
 
 from __future__ import annotations

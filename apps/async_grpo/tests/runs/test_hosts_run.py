@@ -84,6 +84,7 @@ def test_a_dead_host_s_replicas_come_back_on_the_surviving_host(
         components="trainer=a,generator=b+c,reward=b+c,*=a",
         split_machines=True,
         call_timeout_s=15.0,  # the dead host's replicas never answer: this finds them
+        spawn_timeout_s=10.0,  # and this gives up on starting them again there
     )
     started: list[Components] = []
     killed: list[int] = []

@@ -88,6 +88,10 @@ class PlacementConfig:
     """Launchers other than local: a generator, reward or environment call unanswered
     this long marks its replica hung (restarted, the call re-sent): how the replicas of a
     dead host are found. Set it above the slowest generate or weight load; 0: never."""
+    spawn_timeout_s: float = 30.0
+    """A replica whose processes have not started on a host after this long marks that host
+    down, and the next host the service may use is tried: after a host dies, the wait before
+    its replicas start elsewhere. Set it above the slowest process start on a live host."""
     slurm: SlurmConfig = dataclasses.field(default_factory=SlurmConfig)
     """SLURM job settings (launcher slurm)."""
     kubernetes: KubernetesConfig = dataclasses.field(default_factory=KubernetesConfig)

@@ -65,6 +65,9 @@ class PlacementPlan:
     call_timeout_s: float | None
     gpus_per_host: int = 0
     """GPUs of each host, as a scheduler launcher requests them (0 for local and process)."""
+    spawn_timeout_s: float = 30.0
+    """How long a service's replica may take to start on one host before the host is marked
+    down and the next one tried (`placement.spawn_timeout_s`)."""
 
     def hosts_of(self, component: str) -> list[tuple[str, int]]:
         """Every host `component` may run on, as (mesh, host index), in order: the order in
@@ -161,6 +164,10 @@ def plan_placement(placement: PlacementConfig, demands: Mapping[str, Demand]) ->
     for key, value in counts.items():
         if not 0 <= value < float("inf"):  # NaN too
             raise PlacementError(f"placement.{key} must be >= 0 and finite (0: none), got {value}")
+    if not 0 < p.spawn_timeout_s < float("inf"):
+        raise PlacementError(
+            f"placement.spawn_timeout_s must be > 0 and finite, got {p.spawn_timeout_s}"
+        )
     if p.split_machines and p.launcher != "process":
         raise PlacementError(
             "placement.split_machines is for launcher process (local hosts of one machine); "
@@ -202,6 +209,7 @@ def plan_placement(placement: PlacementConfig, demands: Mapping[str, Demand]) ->
         split_machines=p.split_machines,
         call_timeout_s=timeout,
         gpus_per_host=gpus,
+        spawn_timeout_s=p.spawn_timeout_s,
     )
 
 

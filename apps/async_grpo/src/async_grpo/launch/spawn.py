@@ -119,6 +119,7 @@ def service_config(
         no_healthy_timeout_s=REPLICA_RESTART_WAIT_S,
         max_restarts=cfg.max_restarts,
         call_timeout_s=min(limits) if limits else None,
+        spawn_timeout_s=prep.placement.spawn_timeout_s,
         with_gpus=gpus is not None,
         first_gpu=gpus.first if gpus is not None else 0,
         gpus_per_proc=gpus.per_replica if gpus is not None else 1,
