@@ -173,7 +173,7 @@ def test_cut_short_run_shows_a_banner(browser: Any, tmp_path: Path) -> None:
 
 def screenshot(report: Path, out: Path, position: int, width: int = 1200) -> None:
     """Saves the top of `report` (slider, numbers, trade-off, timeline) with the slider at
-    `position`, as a PNG at `out`."""
+    `position` (a sweep's page; one run's page has no slider), as a PNG at `out`."""
     api = _playwright()
     with api.sync_playwright() as p:
         args = ["--no-sandbox"] if os.geteuid() == 0 else []
@@ -181,10 +181,11 @@ def screenshot(report: Path, out: Path, position: int, width: int = 1200) -> Non
         page = b.new_page(viewport={"width": width, "height": 900})
         page.goto(report.resolve().as_uri())
         page.wait_for_selector('body[data-ready="1"]', timeout=30_000)
-        page.locator("#run-slider").evaluate(
-            "(el, k) => { el.value = k; el.dispatchEvent(new Event('input')); }", position
-        )
-        page.wait_for_selector(f'body[data-ready="1"][data-selected="{position}"]')
+        if page.locator("#slider-box").is_visible():  # a sweep; one run's page has none
+            page.locator("#run-slider").evaluate(
+                "(el, k) => { el.value = k; el.dispatchEvent(new Event('input')); }", position
+            )
+            page.wait_for_selector(f'body[data-ready="1"][data-selected="{position}"]')
         bottom = page.locator("#fig-timeline").bounding_box()
         page.screenshot(
             path=str(out),
