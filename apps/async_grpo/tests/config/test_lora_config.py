@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from async_grpo.cli.main import main
 from async_grpo.config.args import build_config
-from async_grpo.model.lora import QWEN2_PROJECTIONS
+from async_grpo.config.schema import QWEN2_PROJECTIONS
 from jobs import SPAWN_REFUSED, refuse_spawn
 
 

@@ -16,14 +16,10 @@ import math
 import os
 import shutil
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 from async_grpo.actors.trainer import TrainResult
 from async_grpo.cli.main import main
 from async_grpo.config.args import apply_overrides
@@ -35,58 +31,22 @@ from async_grpo.launch.prepare import prepare
 from async_grpo.launch.spawn import Components
 from async_grpo.observability.metrics import StepRow
 from async_grpo.train import run
+from exact_runs import (
+    KILL_AT,
+    STEPS,
+    assert_same_state,
+    final_state,
+    kill_at_step,
+    sync_options,
+    trained,
+)
 from jobs import keeping, rows, unaccounted
-from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 pytestmark = pytest.mark.slow  # a whole run (or a whole set of processes)
 
-STEPS, KILL_AT = 6, 5  # checkpoints at 2, 4, 6: the kill costs step 5
-COMPARED = ("version", "loss", "reward_window", "exact_window", "grad_norm", "lr", "entropy")
-
-
-def options(out: Path, model: Path) -> dict[str, str]:
-    return {
-        "mode": "sync",
-        "steps": str(STEPS),
-        "checkpoint.every": "2",
-        "eval_every": "0",
-        "model.path": str(model),
-        "sampling.group_size": "8",
-        "trainer.batch_size": "32",
-        "generator.prompts_per_call": "2",
-        "buffer.capacity": "64",
-        "window": "32",
-        "out_dir": str(out),
-    }
-
 
 def config(out: Path, model: Path) -> RunConfig:
-    return apply_overrides(tiny(), options(out, model))
-
-
-def trained(out: Path) -> list[Any]:
-    """Per step: the compared metrics and the prompts it trained on."""
-    prompts = [json.loads(x) for x in (out / "trained_prompts.jsonl").read_text().splitlines()]
-    return [([r[k] for k in COMPARED], p) for r, p in zip(rows(out), prompts, strict=True)]
-
-
-def final_state(out: Path) -> dict[str, Any]:
-    """The last checkpoint's trainer state (weights, AdamW moments, version), loaded."""
-    path = out / "final.pt"
-    dcp_to_torch_save(out / "checkpoints" / f"step-{STEPS:06d}" / "trainer", path)
-    state: dict[str, Any] = torch.load(path, weights_only=False)
-    return state
-
-
-def assert_same_state(a: Any, b: Any) -> None:
-    if isinstance(a, dict):
-        assert a.keys() == b.keys()
-        for k in a:
-            assert_same_state(a[k], b[k])
-    elif isinstance(a, torch.Tensor):
-        assert torch.equal(a, b)  # bit for bit
-    else:
-        assert a == b
+    return apply_overrides(tiny(), sync_options(out, model))
 
 
 @pytest.fixture(scope="module")
@@ -99,37 +59,10 @@ def clean(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path) -> Pa
     return out
 
 
-def kill_at_step(opts: dict[str, str], out: Path, step: int) -> None:
-    """Runs `async-grpo` with `opts` as its own process group and SIGKILLs all of it (the
-    controller and every process it started) once `step` steps are recorded."""
-    args = [f"--{k}={v}" for k, v in opts.items()]
-    env = {**os.environ, "HYPERACTOR_MESH_SUPERVISION_POLL_FREQUENCY": "1s"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "async_grpo.cli", *args],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    metrics = out / "metrics.jsonl"
-    try:
-        deadline = time.monotonic() + 240
-        while not metrics.exists() or len(metrics.read_text().splitlines()) < step:
-            assert proc.poll() is None, "the run ended before it could be killed"
-            assert time.monotonic() < deadline, f"no step {step} within 240 s"
-            time.sleep(0.05)
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
 def test_a_sigkilled_run_resumes_exactly(
     clean: Path, tiny_checkpoint: Path, tmp_path: Path
 ) -> None:
-    kill_at_step(options(tmp_path, tiny_checkpoint), tmp_path, KILL_AT)
+    kill_at_step(sync_options(tmp_path, tiny_checkpoint), tmp_path, KILL_AT)
     assert len(rows(tmp_path)) == KILL_AT  # step 5 was recorded, then everything was lost
     assert main(["--resume", "--out_dir", str(tmp_path)]) == 0  # resumes step-000004
     assert trained(tmp_path) == trained(clean)
@@ -142,7 +75,11 @@ def test_an_async_run_resumed_skips_no_prompt_and_trains_none_twice(
 ) -> None:
     # No staleness bound to speak of: every prompt drawn is then trained, held or queued, so
     # a prompt the interruption skipped would show as a gap.
-    opts = {**options(tmp_path, tiny_checkpoint), "mode": "async", "buffer.max_policy_age": "100"}
+    opts = {
+        **sync_options(tmp_path, tiny_checkpoint),
+        "mode": "async",
+        "buffer.max_policy_age": "100",
+    }
     kill_at_step(opts, tmp_path, KILL_AT)
     assert main(["--resume", "--out_dir", str(tmp_path)]) == 0
     assert [r["version"] for r in rows(tmp_path)] == list(range(1, STEPS + 1))

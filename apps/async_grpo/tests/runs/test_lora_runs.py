@@ -10,17 +10,11 @@ A small model (`conftest.TEST_ARCH`), 6 sync steps with a checkpoint every 2.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
-from typing import Any
 
 import pytest
-import torch
 from async_grpo.actors.trainer import TrainResult
 from async_grpo.cli.main import main
 from async_grpo.config.args import apply_overrides
@@ -32,60 +26,27 @@ from async_grpo.model.lora import adapter_state, add_adapters
 from async_grpo.model.policy import load_policy
 from async_grpo.observability.metrics import StepRow
 from async_grpo.train import run
+from exact_runs import (
+    KILL_AT,
+    STEPS,
+    assert_same_state,
+    final_state,
+    kill_at_step,
+    sync_options,
+    trained,
+)
 from jobs import keeping, rows
-from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 pytestmark = pytest.mark.slow  # whole runs
 
-STEPS, KILL_AT = 6, 5  # checkpoints at 2, 4, 6: the kill costs step 5
-COMPARED = ("version", "loss", "reward_window", "exact_window", "grad_norm", "lr", "entropy")
-
 
 def options(out: Path, model: Path) -> dict[str, str]:
-    return {
-        "mode": "sync",
-        "steps": str(STEPS),
-        "checkpoint.every": "2",
-        "eval_every": "0",
-        "model.path": str(model),
-        "sampling.group_size": "8",
-        "trainer.batch_size": "32",
-        "trainer.lr": "3e-3",
-        "trainer.lora.rank": "4",
-        "generator.prompts_per_call": "2",
-        "buffer.capacity": "64",
-        "window": "32",
-        "out_dir": str(out),
-    }
+    """The fault-tolerance tests' sync run, training rank-4 adapters."""
+    return {**sync_options(out, model), "trainer.lr": "3e-3", "trainer.lora.rank": "4"}
 
 
 def config(out: Path, model: Path) -> RunConfig:
     return apply_overrides(tiny(), options(out, model))
-
-
-def trained(out: Path) -> list[Any]:
-    """Per step: the compared metrics and the prompts it trained on."""
-    prompts = [json.loads(x) for x in (out / "trained_prompts.jsonl").read_text().splitlines()]
-    return [([r[k] for k in COMPARED], p) for r, p in zip(rows(out), prompts, strict=True)]
-
-
-def final_state(out: Path) -> dict[str, Any]:
-    """The last checkpoint's trainer state (adapters, their AdamW moments, version)."""
-    path = out / "final.pt"
-    dcp_to_torch_save(out / "checkpoints" / f"step-{STEPS:06d}" / "trainer", path)
-    state: dict[str, Any] = torch.load(path, weights_only=False)
-    return state
-
-
-def assert_same_state(a: Any, b: Any) -> None:
-    if isinstance(a, dict):
-        assert a.keys() == b.keys()
-        for k in a:
-            assert_same_state(a[k], b[k])
-    elif isinstance(a, torch.Tensor):
-        assert torch.equal(a, b)  # bit for bit
-    else:
-        assert a == b
 
 
 @pytest.fixture(scope="module")
@@ -109,33 +70,6 @@ def test_every_sync_moves_the_adapter_alone(clean: Path, tiny_checkpoint: Path) 
     assert all(".lora_A." in n or ".lora_B." in n for n in weights)
     # On-policy in sync mode: sampled by the weights that trained on them.
     assert all(r["staleness_mean"] == 0 for r in rows(clean))
-
-
-def kill_at_step(opts: dict[str, str], out: Path, step: int) -> None:
-    """Runs `async-grpo` with `opts` as its own process group and SIGKILLs all of it once
-    `step` steps are recorded."""
-    args = [f"--{k}={v}" for k, v in opts.items()]
-    env = {**os.environ, "HYPERACTOR_MESH_SUPERVISION_POLL_FREQUENCY": "1s"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "async_grpo.cli", *args],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    metrics = out / "metrics.jsonl"
-    try:
-        deadline = time.monotonic() + 240
-        while not metrics.exists() or len(metrics.read_text().splitlines()) < step:
-            assert proc.poll() is None, "the run ended before it could be killed"
-            assert time.monotonic() < deadline, f"no step {step} within 240 s"
-            time.sleep(0.05)
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 def test_a_sigkilled_lora_run_resumes_exactly(

@@ -15,7 +15,6 @@ from typing import Annotated, Literal
 import tyro
 
 from async_grpo.config.placement import PlacementConfig
-from async_grpo.model.lora import QWEN2_PROJECTIONS
 
 ImportanceMode = Literal["clip", "truncate"]
 
@@ -183,6 +182,20 @@ class RewardConfig:
     call_timeout_s: float = 60.0
     """A scoring call a replica leaves unanswered this long marks it hung: it is stopped and
     restarted (`actor-service`); 0: no timeout."""
+
+
+QWEN2_PROJECTIONS: tuple[str, ...] = (
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "o_proj",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
+)
+"""The attention and MLP projections of a Qwen2 decoder layer: every linear layer but the
+head. (Here and not in `model/lora.py`, which imports torch and transformers: every process
+imports the config, and a process that never touches a model should not pay for them.)"""
 
 
 @dataclasses.dataclass

@@ -27,18 +27,6 @@ from transformers import AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
 if TYPE_CHECKING:
     from peft import PeftModel
 
-QWEN2_PROJECTIONS: tuple[str, ...] = (
-    "q_proj",
-    "k_proj",
-    "v_proj",
-    "o_proj",
-    "gate_proj",
-    "up_proj",
-    "down_proj",
-)
-"""The attention and MLP projections of a Qwen2 decoder layer: every linear layer but the
-head."""
-
 
 class LoraSettings(Protocol):
     """What an adapter is made of (`config.schema.LoraConfig` is one)."""

@@ -1,0 +1,92 @@
+"""Short sync runs compared bit for bit: the options both the full and the LoRA
+fault-tolerance tests start from, what a run trained (per-step metrics and prompts), its
+last checkpoint's trainer state, and a run SIGKILLed whole at a given step.
+
+6 sync steps with a checkpoint every 2, so a kill at step 5 costs one step."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from jobs import rows
+from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+STEPS, KILL_AT = 6, 5  # checkpoints at 2, 4, 6: the kill costs step 5
+COMPARED = ("version", "loss", "reward_window", "exact_window", "grad_norm", "lr", "entropy")
+
+
+def sync_options(out: Path, model: Path) -> dict[str, str]:
+    """A small sync run of `STEPS` steps into `out`, as `--key value` options."""
+    return {
+        "mode": "sync",
+        "steps": str(STEPS),
+        "checkpoint.every": "2",
+        "eval_every": "0",
+        "model.path": str(model),
+        "sampling.group_size": "8",
+        "trainer.batch_size": "32",
+        "generator.prompts_per_call": "2",
+        "buffer.capacity": "64",
+        "window": "32",
+        "out_dir": str(out),
+    }
+
+
+def trained(out: Path) -> list[Any]:
+    """Per step: the compared metrics and the prompts it trained on."""
+    prompts = [json.loads(x) for x in (out / "trained_prompts.jsonl").read_text().splitlines()]
+    return [([r[k] for k in COMPARED], p) for r, p in zip(rows(out), prompts, strict=True)]
+
+
+def final_state(out: Path) -> dict[str, Any]:
+    """The last checkpoint's trainer state (what trains, its AdamW moments, the version)."""
+    path = out / "final.pt"
+    dcp_to_torch_save(out / "checkpoints" / f"step-{STEPS:06d}" / "trainer", path)
+    state: dict[str, Any] = torch.load(path, weights_only=False)
+    return state
+
+
+def assert_same_state(a: Any, b: Any) -> None:
+    if isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for k in a:
+            assert_same_state(a[k], b[k])
+    elif isinstance(a, torch.Tensor):
+        assert torch.equal(a, b)  # bit for bit
+    else:
+        assert a == b
+
+
+def kill_at_step(opts: dict[str, str], out: Path, step: int) -> None:
+    """Runs `async-grpo` with `opts` as its own process group and SIGKILLs all of it (the
+    controller and every process it started) once `step` steps are recorded."""
+    args = [f"--{k}={v}" for k, v in opts.items()]
+    env = {**os.environ, "HYPERACTOR_MESH_SUPERVISION_POLL_FREQUENCY": "1s"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "async_grpo.cli", *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    metrics = out / "metrics.jsonl"
+    try:
+        deadline = time.monotonic() + 240
+        while not metrics.exists() or len(metrics.read_text().splitlines()) < step:
+            assert proc.poll() is None, "the run ended before it could be killed"
+            assert time.monotonic() < deadline, f"no step {step} within 240 s"
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
