@@ -25,9 +25,12 @@ lines ending in `\\` joined to the next:
 from __future__ import annotations
 
 import ast
+import concurrent.futures
 import contextlib
+import functools
 import importlib.util
 import io
+import os
 import re
 import shlex
 import subprocess
@@ -364,10 +367,20 @@ def _with_parsers() -> list[Quoted]:
     return sorted(merged.values(), key=lambda q: q.target)
 
 
+@functools.cache
+def _help_texts() -> dict[str, subprocess.CompletedProcess[str]]:
+    """Every script's `--help`, run a few at a time: each one spends seconds importing torch
+    and the like, and one after the other they took about two minutes."""
+    scripts = _with_parsers()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        done = pool.map(_help_text, scripts)
+        return {q.target: d for q, d in zip(scripts, done, strict=True)}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("quoted", _with_parsers(), ids=lambda q: q.target)
 def test_scripts_answer_help_with_the_quoted_options(quoted: Quoted) -> None:
-    done = _help_text(quoted)
+    done = _help_texts()[quoted.target]
     assert done.returncode == 0, f"{quoted.target} --help: exit {done.returncode}\n{done.stderr}"
     missing = [f for f in flags(quoted.args) if not re.search(rf"{re.escape(f)}\b", done.stdout)]
     assert not missing, f"{quoted.target} --help does not list {missing}"
