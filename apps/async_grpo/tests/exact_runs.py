@@ -6,6 +6,7 @@ last checkpoint's trainer state, and a run SIGKILLed whole at a given step.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -15,7 +16,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
+from async_grpo.config.args import apply_overrides
+from async_grpo.config.presets import tiny
+from async_grpo.launch.prepare import prepare
+from async_grpo.train import run
 from jobs import rows
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
@@ -38,6 +44,16 @@ def sync_options(out: Path, model: Path) -> dict[str, str]:
         "window": "32",
         "out_dir": str(out),
     }
+
+
+def run_left_alone(tmp: pytest.TempPathFactory, name: str, opts: dict[str, str]) -> Path:
+    """Runs `opts` (its `out_dir` replaced by a new directory `name`) to its end, untouched,
+    and returns that directory: what the killed runs are compared with."""
+    out = tmp.mktemp(name)
+    cfg = apply_overrides(tiny(), {**opts, "out_dir": str(out)})
+    summary = asyncio.run(run(cfg, prepare(cfg), quiet=True))
+    assert summary.steps == STEPS
+    return out
 
 
 def trained(out: Path) -> list[Any]:

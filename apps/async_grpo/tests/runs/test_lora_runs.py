@@ -32,6 +32,7 @@ from exact_runs import (
     assert_same_state,
     final_state,
     kill_at_step,
+    run_left_alone,
     sync_options,
     trained,
 )
@@ -52,11 +53,7 @@ def config(out: Path, model: Path) -> RunConfig:
 @pytest.fixture(scope="module")
 def clean(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path) -> Path:
     """The LoRA run left alone."""
-    out = tmp_path_factory.mktemp("clean-lora")
-    cfg = config(out, tiny_checkpoint)
-    summary = asyncio.run(run(cfg, prepare(cfg), quiet=True))
-    assert summary.steps == STEPS
-    return out
+    return run_left_alone(tmp_path_factory, "clean-lora", options(Path(), tiny_checkpoint))
 
 
 def test_every_sync_moves_the_adapter_alone(clean: Path, tiny_checkpoint: Path) -> None:
