@@ -25,8 +25,8 @@ from async_grpo.cli.main import main
 from async_grpo.config.args import apply_overrides
 from async_grpo.config.presets import tiny
 from async_grpo.config.schema import RunConfig
-from async_grpo.controller import cut
-from async_grpo.controller.ledger import Call, PromptLedger
+from async_grpo.controller import cut, rollout
+from async_grpo.controller.ledger import Call
 from async_grpo.launch.prepare import prepare
 from async_grpo.launch.spawn import Components
 from async_grpo.observability.metrics import StepRow
@@ -131,23 +131,34 @@ def test_a_killed_buffer_loses_only_what_it_held(
 ) -> None:
     cfg = config(tmp_path, tiny_checkpoint)
     started: list[Components] = []
-    put = PromptLedger.put
-    killed: list[int] = []
+    put = rollout.put_episodes
+    first: list[Call] = []
+    dead = asyncio.Event()
 
-    def put_then_kill(self: PromptLedger, call: Call, *args: Any, **kwargs: Any) -> int:
-        lost = put(self, call, *args, **kwargs)
-        if call.version == 3 and not killed:  # the buffer now holds part of batch 3
+    async def put_then_kill(job: Any, call: Call, *args: Any, **kwargs: Any) -> int:
+        # Batch 3 is two calls. The first one's groups reach the buffer alone (the other's
+        # wait until it is dead), so it cannot have handed batch 3 to the trainer yet and
+        # holds exactly those groups when it is killed.
+        if call.version != 3 or dead.is_set():
+            return await put(job, call, *args, **kwargs)
+        if first:
+            await dead.wait()
+            return await put(job, call, *args, **kwargs)
+        first.append(call)
+        try:
+            done = await put(job, call, *args, **kwargs)
             (pid,) = started[0].buffer.status().replicas[0].pids
             os.kill(pid, signal.SIGKILL)
-            killed.append(pid)
-        return lost
+            return done
+        finally:
+            dead.set()
 
-    monkeypatch.setattr(PromptLedger, "put", put_then_kill)
+    monkeypatch.setattr(rollout, "put_episodes", put_then_kill)
     lines: list[str] = []
     asyncio.run(run(cfg, prepare(cfg), quiet=True, log=lines.append, spawn=keeping(started)))
     died = [x for x in lines if x.startswith("[buffer replica 0 died:")]
     assert len(died) == 1, lines
-    assert "groups it held are generated again" in died[0]
+    assert f"the {len(first[0].indices)} groups it held are generated again" in died[0], died
     assert any(x.startswith("[buffer replica 0 is back after") for x in lines), lines
     last = rows(tmp_path)[-1]
     assert (last["replica_deaths"], last["replica_restarts"]) == (1, 1)
