@@ -8,10 +8,12 @@ import asyncio
 import os
 import signal
 from pathlib import Path
+from typing import Any
 
 import pytest
 from async_grpo.actors.trainer import TrainResult
 from async_grpo.config.presets import calculator, pattern
+from async_grpo.generation import multiturn
 from async_grpo.launch.prepare import prepare
 from async_grpo.launch.spawn import Components
 from async_grpo.observability.metrics import StepRow
@@ -24,21 +26,35 @@ pytestmark = pytest.mark.slow  # a whole run (or a whole set of processes)
 
 @pytest.mark.timeout(400)
 def test_pattern_run_warms_up_and_survives_a_killed_environment_replica(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cfg = pattern()
     cfg.steps, cfg.eval_every, cfg.out_dir = 12, 6, str(tmp_path)
     cfg.buffer.warmup_episodes = 384
     started: list[Components] = []
+    armed: list[bool] = []
     killed: list[int] = []
+    play_one = multiturn.run_episode
+
+    async def kill_mid_episode(policy: Any, *args: Any, **kwargs: Any) -> Any:
+        # After step 4, the replica dies while an episode is open on it: between the
+        # policy's turn and the step that would send it there.
+        async def turn_then_kill(conversation: Any) -> Any:
+            turn = await policy(conversation)
+            if armed and not killed:
+                (pid,) = started[0].envs["pattern"].status().replicas[0].pids
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            return turn
+
+        return await play_one(turn_then_kill, *args, **kwargs)
 
     def on_step(row: StepRow, result: TrainResult) -> None:
         del result
         if row.version == 4:
-            (pid,) = started[0].envs["pattern"].status().replicas[0].pids
-            os.kill(pid, signal.SIGKILL)
-            killed.append(pid)
+            armed.append(True)
 
+    monkeypatch.setattr(multiturn, "run_episode", kill_mid_episode)
     lines: list[str] = []
     metrics = asyncio.run(
         run(
