@@ -15,25 +15,31 @@ sources, installed editable.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import nox
 
+# tools/ is a folder of scripts, not a package: its nox helpers are imported by path.
+sys.path.insert(0, str(Path(__file__).parent / "tools"))
+from nox_support import (
+    UV,
+    installed,
+    normalized,
+    python312,
+    rehearsal_problems,
+    run_apart,
+)
+
 ROOT = Path(__file__).parent
 ENVS = ROOT / ".nox" / "_envs"
-# `uv run` exports the path of its own binary; fall back to PATH when nox runs on its own.
-UV = os.environ.get("UV") or shutil.which("uv") or "uv"
 
 # Workspace members: distribution name -> directory.
 MEMBERS = {
@@ -61,6 +67,13 @@ nox.options.sessions = [
     "vllm",
 ]
 nox.options.default_venv_backend = "none"
+
+# Test files run two at a time (pytest-xdist; a file's tests stay together, so a run its
+# tests share is made once): the whole-run tests spend much of their time waiting on other
+# processes (spawning, supervision, deadlines), so two of them at once nearly halve the
+# wall time on 2 cores (measured: the app's tests 1019 s -> 684 s). `-- -n 0` runs them
+# one at a time; a later `-n` wins.
+PARALLEL = ("-n", "2", "--dist", "loadfile")
 nox.options.error_on_external_run = False
 
 
@@ -159,7 +172,8 @@ def tests(session: nox.Session, package: str) -> None:
     """One member's tests against its built wheel, with only its declared dependencies."""
     env = _bubblewrap(session) if package in ("rl-envs", "async-grpo") else {}
     bin_dir = _wheel_env(session, package)
-    _run(session, bin_dir, "pytest", f"{MEMBERS[package]}/tests", *session.posargs, env=env)
+    tests = f"{MEMBERS[package]}/tests"
+    _run(session, bin_dir, "pytest", tests, *PARALLEL, *session.posargs, env=env)
 
 
 def _bubblewrap(session: nox.Session) -> dict[str, str]:
@@ -189,15 +203,16 @@ def fast(session: nox.Session) -> None:
     _run(session, bin_dir, "ruff", "format", "--check", ".")
     for path in [*MEMBERS.values(), "tests"]:
         tests = path if path == "tests" else f"{path}/tests"
-        _run(session, bin_dir, "pytest", tests, "-m", "not slow", "-q", *session.posargs)
+        _run(session, bin_dir, "pytest", tests, "-m", "not slow", "-q", *PARALLEL, *session.posargs)
 
 
 @nox.session
 def integration(session: nox.Session) -> None:
     """Cross-package tests in `tests/` (type-checked first), with the whole workspace installed."""
     bin_dir = _env(session, "workspace", "--no-dev", "--no-emit-project", "--all-packages")
-    _run(session, bin_dir, "mypy", "--config-file", "pyproject.toml", "tests", "noxfile.py")
-    _run(session, bin_dir, "pytest", "tests", *session.posargs)
+    checked = ["tests", "noxfile.py", "tools/nox_support.py"]
+    _run(session, bin_dir, "mypy", "--config-file", "pyproject.toml", *checked)
+    _run(session, bin_dir, "pytest", "tests", *PARALLEL, *session.posargs)
 
 
 # Arguments that keep an example CI-sized; every other example runs as a reader would run it.
@@ -248,10 +263,6 @@ VLLM_TESTS = [
     "apps/async_grpo/tests/runs/test_vllm_learning.py",
 ]
 
-STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
-# How long tests get to end after a stop signal was passed on to them, before SIGKILL.
-STOP_GRACE_S = 120.0
-
 
 @nox.session
 def vllm(session: nox.Session) -> None:
@@ -270,75 +281,7 @@ def vllm(session: nox.Session) -> None:
         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
         "ASYNC_GRPO_REQUIRE_VLLM": "1",  # here a missing vLLM fails instead of skipping
     }
-    _run_apart(session, [str(bin_dir / "pytest"), *VLLM_TESTS, *session.posargs], env)
-
-
-def _run_apart(session: nox.Session, args: list[str], env: dict[str, str]) -> None:
-    """Runs `args` in a session of their own (their own process group), so that a signal
-    sent to their group cannot end nox, nor the shell that started nox. A SIGINT or SIGTERM
-    sent to nox is received here, with its sender: it is logged (pid and command line),
-    passed on to the tests' process group (again for a second one), and the session fails
-    naming it (a SIGINT then interrupts nox, as Ctrl-C does); tests still running
-    `STOP_GRACE_S` later are SIGKILLed. Tests ended by a signal fail the session, naming
-    the signal."""
-    session.log(f"{' '.join(args)}  (in a session of its own)")
-    received: list[str] = []
-    interrupted = False
-    # nox waits in `sigtimedwait` with the signals blocked (nox has no other thread): the
-    # kernel hands a signal for nox to the thread waiting for it, with the sender's pid.
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-    try:
-        # `exec` keeps a mask: the tests start with the signals unblocked and at their
-        # defaults (a shell's background job would have passed SIGINT on ignored).
-        pid = os.posix_spawn(
-            args[0], args, {**os.environ, **env},
-            setsid=True, setsigmask=(), setsigdef=STOP_SIGNALS,
-        )  # fmt: skip
-        deadline = float("inf")
-        status = None
-        while status is None:
-            info = signal.sigtimedwait(STOP_SIGNALS, 0.5)
-            if info is not None:
-                name = signal.Signals(info.si_signo).name
-                received.append(f"{name} from {_sender(info.si_pid)}")
-                interrupted = interrupted or info.si_signo == signal.SIGINT
-                session.warn(f"{received[-1]}: passed on to the tests (pgid {pid})")
-                _signal_group(pid, info.si_signo)
-                deadline = min(deadline, time.monotonic() + STOP_GRACE_S)
-            if time.monotonic() > deadline:
-                session.warn(f"the tests did not end {STOP_GRACE_S:.0f} s after it: SIGKILL")
-                _signal_group(pid, signal.SIGKILL)
-                deadline = float("inf")
-            waited, raw = os.waitpid(pid, os.WNOHANG)
-            status = os.waitstatus_to_exitcode(raw) if waited else None
-        _signal_group(pid, signal.SIGKILL)  # whatever of the group outlived pytest
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-    if interrupted:
-        raise KeyboardInterrupt
-    if received:
-        session.error(f"the tests were stopped: {'; '.join(received)}")
-    if status < 0:
-        session.error(f"pytest was ended by {signal.Signals(-status).name}")
-    if status != 0:
-        session.error(f"pytest exited with status {status}")
-
-
-def _signal_group(pgid: int, signum: int) -> None:
-    # ProcessLookupError: the group is gone; PermissionError: only zombies are left in it.
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signum)
-
-
-def _sender(pid: int) -> str:
-    """A signal's sender: its pid and command line, from /proc."""
-    if pid == 0:
-        return "the kernel or a process outside this PID namespace"
-    try:
-        command = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").replace(b"\0", b" ")
-    except OSError:
-        command = b""
-    return f"pid {pid} ({command.decode(errors='replace') or 'exited'})"
+    run_apart(session, [str(bin_dir / "pytest"), *VLLM_TESTS, *session.posargs], env)
 
 
 @nox.session
@@ -378,23 +321,6 @@ GPU_REHEARSAL_REQUIREMENTS = [
 ]
 
 
-def _normalized(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def _python312() -> str:
-    """The GPU machine's Python minor version, 3.12 (GPU_REHEARSAL_PYTHON overrides; a
-    pyenv shim that names no installed 3.12 is skipped)."""
-    pyenv = sorted(Path.home().glob(".pyenv/versions/3.12*/bin/python3.12"), reverse=True)
-    candidates = [os.environ.get("GPU_REHEARSAL_PYTHON"), *map(str, pyenv)]
-    candidates.append(shutil.which("python3.12"))
-    check = "import sys; sys.exit(sys.version_info[:2] != (3, 12))"
-    for python in filter(None, candidates):
-        if subprocess.run([python, "-c", check], capture_output=True, check=False).returncode == 0:
-            return python
-    raise RuntimeError("gpu_rehearsal needs Python 3.12: set GPU_REHEARSAL_PYTHON")
-
-
 @nox.session(name="gpu_rehearsal")
 def gpu_rehearsal(session: nox.Session) -> None:
     """Runs tools/gpu_check.sh end to end on this CPU machine, in an environment like the GPU
@@ -408,32 +334,32 @@ def gpu_rehearsal(session: nox.Session) -> None:
     with the CUDA parts skipped or shrunk, each saying why.
     """
     device = {
-        _normalized(line)
+        normalized(line)
         for line in (ROOT / "tools" / "gpu_device_packages.txt").read_text().splitlines()
         if line.strip() and not line.startswith("#")
     }
-    wanted = {_normalized(re.split(r"[=<>]", r)[0]) for r in GPU_REHEARSAL_REQUIREMENTS}
+    wanted = {normalized(re.split(r"[=<>]", r)[0]) for r in GPU_REHEARSAL_REQUIREMENTS}
     if wanted - device:
         session.error(f"not on the GPU machine: {sorted(wanted - device)}")
-    python312 = _python312()
+    base_python = python312()
     env_dir = ENVS / "gpu-rehearsal"
     python = env_dir / "bin" / "python"
     digest = hashlib.sha256(
-        "\n".join([python312, *GPU_REHEARSAL_REQUIREMENTS, *sorted(device)]).encode()
+        "\n".join([base_python, *GPU_REHEARSAL_REQUIREMENTS, *sorted(device)]).encode()
     ).hexdigest()
     stamp = env_dir / "requirements.sha256"
     if not (stamp.exists() and stamp.read_text() == digest):
         shutil.rmtree(env_dir, ignore_errors=True)
-        session.run(python312, "-m", "venv", str(env_dir), external=True)
+        session.run(base_python, "-m", "venv", str(env_dir), external=True)
         session.run(
             UV, "pip", "install", "--quiet", "--python", str(python), *GPU_REHEARSAL_REQUIREMENTS
         )
-        extra = sorted(set(_installed(python)) - device)
+        extra = sorted(set(installed(python)) - device)
         if extra:  # requirements the GPU machine does without (transformers' pydantic)
             session.log(f"removing what the GPU machine lacks: {', '.join(extra)}")
             session.run(UV, "pip", "uninstall", "--quiet", "--python", str(python), *extra)
         stamp.write_text(digest)
-    extra = sorted(set(_installed(python)) - device)
+    extra = sorted(set(installed(python)) - device)
     if extra:
         session.error(f"the rehearsal environment holds what the GPU machine lacks: {extra}")
     session.run("bash", str(ROOT / "tools" / "gpu_bundle.sh"), external=True)
@@ -458,38 +384,8 @@ def gpu_rehearsal(session: nox.Session) -> None:
     )  # fmt: skip
     wall = time.monotonic() - start
     report = json.loads((out / "gpu_check.json").read_text())
-    problems = _rehearsal_problems(report)
+    problems = rehearsal_problems(report)
     offline = sum(p.stat().st_size for p in (ROOT / ".offline").rglob("*") if p.is_file())
     session.log(f"rehearsal: {wall:.0f} s wall; .offline/ {offline / 2**20:.1f} MiB; {out}")
     if problems:
         session.error("; ".join(problems))
-
-
-def _installed(python: Path) -> list[str]:
-    listed = subprocess.run(
-        [UV, "pip", "list", "--python", str(python), "--format", "json"],
-        check=True, capture_output=True, text=True,
-    ).stdout  # fmt: skip
-    return [_normalized(p["name"]) for p in json.loads(listed)]
-
-
-def _rehearsal_problems(report: dict[str, Any]) -> list[str]:
-    """What a CPU rehearsal must show beyond exit status 0: the CPU mode, every import and
-    an actor in the GPU machine's environment, gpu tests collected (skipping, with their
-    reason), a bit-for-bit weight sync, and the app's steps."""
-    parts = report["parts"]
-    env = parts["setup"].get("environment") or {}
-    tests = parts["gpu_tests"].get("tests") or []
-    sync = parts["weight_sync"].get("result") or {}
-    app = parts["app"].get("result") or {}
-    checks = {
-        "the mode is cpu": report.get("mode") == "cpu",
-        "every import and one actor": not env.get("problems") and bool(env.get("actor")),
-        "gpu tests collected": bool(tests),
-        "each gpu test skips, saying why": all(
-            t["outcome"] == "skipped" and t["message"] for t in tests
-        ),
-        "weight sync bit for bit": sync.get("bit_for_bit") is True,
-        "the app trained 3 steps": app.get("steps") == 3,
-    }
-    return [f"rehearsal: not true that {what}" for what, ok in checks.items() if not ok]

@@ -34,7 +34,12 @@ def test_the_endpoints_innermost_project_frame_not_a_background_thread() -> None
     assert innermost_project_frame("Thread 1 (idle)\n    f (/usr/lib/x.py:1)\n") == ""
 
 
-def test_a_real_process_is_dumped_and_named(tmp_path: Path) -> None:
+def test_a_real_process_is_dumped_and_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # py-spy comes with Monarch, beside this Python: found with no PATH (an environment
+    # used without being activated).
+    monkeypatch.setenv("PATH", str(tmp_path))
     # A process stuck in this project's code (a module of the app, as installed).
     code = "import threading, async_grpo.actors._test_hang as h\nh._hang_for_a_test()\n"
     proc = subprocess.Popen([sys.executable, "-c", code])
@@ -56,6 +61,7 @@ def test_a_real_process_is_dumped_and_named(tmp_path: Path) -> None:
 
 def test_no_py_spy_is_said_not_hidden(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # nothing to run there
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))  # nor beside it
     (report,) = record_stuck(tmp_path, "x", [os.getpid()])
     assert report.path is None
     assert report.where() == "no stack: py-spy is not installed"

@@ -14,6 +14,7 @@ import dataclasses
 import re
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -63,7 +64,10 @@ def innermost_project_frame(dump: str) -> str:
 def record_stuck(out_dir: Path, label: str, pids: Sequence[int]) -> list[StuckReport]:
     """Saves a `py-spy dump` of each of `pids` into `<out_dir>/stuck/<label>-<pid>-<time>.txt`
     (blocking, at most `DUMP_TIMEOUT_S` each) and returns what was found."""
-    py_spy = shutil.which("py-spy")
+    # Next to this Python first: a virtual environment's tools are there even when it was
+    # not activated (`.venv/bin/pytest`), and so not on PATH.
+    beside = Path(sys.executable).parent / "py-spy"
+    py_spy = str(beside) if beside.is_file() else shutil.which("py-spy")
     stamp = time.strftime("%Y%m%d-%H%M%S")
     reports = []
     for pid in pids:
