@@ -36,6 +36,7 @@ from nox_support import (
     python312,
     rehearsal_problems,
     run_apart,
+    run_together,
 )
 
 ROOT = Path(__file__).parent
@@ -217,19 +218,28 @@ def integration(session: nox.Session) -> None:
 
 # Arguments that keep an example CI-sized; every other example runs as a reader would run it.
 EXAMPLE_ARGS: dict[str, list[str]] = {"09_async_rl_train.py": ["--steps", "12"]}
+EXAMPLE_LIMIT_S = 600.0  # an example still running then is stopped and named
 
 
 @nox.session
 def examples(session: nox.Session) -> None:
     """Type-checks `examples/`, then runs every numbered example as its own process, as a
-    reader would."""
+    reader would: two at a time (each waits on processes of its own much of the time), each
+    one's output shown whole when it ends."""
     bin_dir = _env(session, "workspace", "--no-dev", "--no-emit-project", "--all-packages")
     scripts = sorted((ROOT / "examples").glob("[0-9][0-9]_*.py"))
     if not scripts:
         session.skip("no examples yet")
     _run(session, bin_dir, "mypy", "--config-file", "pyproject.toml", "examples")
-    for script in scripts:
-        _run(session, bin_dir, "python", str(script), *EXAMPLE_ARGS.get(script.name, []))
+    commands = [
+        [str(bin_dir / "python"), str(script.relative_to(ROOT)), *EXAMPLE_ARGS.get(script.name, [])]
+        for script in scripts
+    ]
+    env = {**os.environ, "VIRTUAL_ENV": str(bin_dir.parent)}
+    env["PATH"] = f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
+    failed = run_together(commands, env, width=2, limit_s=EXAMPLE_LIMIT_S, log=session.log)
+    if failed:
+        session.error(f"examples failed: {'; '.join(failed)}")
 
 
 @nox.session
@@ -281,7 +291,7 @@ def vllm(session: nox.Session) -> None:
         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
         "ASYNC_GRPO_REQUIRE_VLLM": "1",  # here a missing vLLM fails instead of skipping
     }
-    run_apart(session, [str(bin_dir / "pytest"), *VLLM_TESTS, *session.posargs], env)
+    run_apart(session, [str(bin_dir / "pytest"), *VLLM_TESTS, *PARALLEL, *session.posargs], env)
 
 
 @nox.session

@@ -10,9 +10,12 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
+import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import nox
 
@@ -73,6 +76,56 @@ def run_apart(session: nox.Session, args: list[str], env: dict[str, str]) -> Non
         session.error(f"pytest was ended by {signal.Signals(-status).name}")
     if status != 0:
         session.error(f"pytest exited with status {status}")
+
+
+def run_together(
+    commands: list[list[str]],
+    env: dict[str, str],
+    *,
+    width: int,
+    limit_s: float,
+    log: Callable[[str], object],
+) -> list[str]:
+    """Runs `commands`, `width` at a time, in order; each one's output (stdout and stderr
+    together) is printed whole when it ends, with its exit status and time (named by its
+    arguments: the program is the same for all). A command still running `limit_s` after
+    it started is killed. Returns one line per command that failed or was killed."""
+    pending = list(commands)
+    running: dict[subprocess.Popen[bytes], tuple[str, IO[bytes], float]] = {}
+    failed: list[str] = []
+    with contextlib.ExitStack() as files:
+        try:
+            while pending or running:
+                while pending and len(running) < width:
+                    command = pending.pop(0)
+                    out: IO[bytes] = files.enter_context(tempfile.TemporaryFile())
+                    proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+                    running[proc] = (" ".join(command[1:]), out, time.monotonic())
+                time.sleep(0.2)
+                for proc, (name, out, start) in list(running.items()):
+                    took = time.monotonic() - start
+                    code = proc.poll()
+                    if code is None and took > limit_s:
+                        proc.kill()
+                        proc.wait()
+                        status = f"still running after {limit_s:.0f} s, killed"
+                    elif code is None:
+                        continue
+                    else:
+                        status = f"exit status {code}"
+
+                    del running[proc]
+                    out.seek(0)
+                    sys.stdout.write(out.read().decode(errors="replace"))
+                    sys.stdout.flush()
+                    log(f"{name}: {status} after {took:.1f} s")
+                    if status != "exit status 0":
+                        failed.append(f"{name}: {status}")
+        finally:
+            for proc in running:
+                proc.kill()
+                proc.wait()
+    return failed
 
 
 def _signal_group(pgid: int, signum: int) -> None:
