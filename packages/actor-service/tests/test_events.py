@@ -17,6 +17,9 @@ from actor_service import ReplicaEvent, RoundRobin, Service, ServiceConfig, spaw
 from helpers import Recorder
 from service_actors import Echo, StartsOnce
 
+# Several processes, seconds each: not in `nox -s fast`.
+pytestmark = pytest.mark.slow
+
 
 def kill_replica(svc: Service[Any], index: int) -> int:
     pid = svc.status().replicas[index].pids[0]

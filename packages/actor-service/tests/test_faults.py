@@ -25,6 +25,9 @@ from actor_service import (
 from procs import alive
 from service_actors import Echo
 
+# Several processes, seconds each: not in `nox -s fast`.
+pytestmark = pytest.mark.slow
+
 # Monarch notices a dead process at its next supervision poll (1 s in these tests, see
 # conftest.py; 10 s by default), so waits allow for generous multiples of that.
 RECOVERY_S = 60.0

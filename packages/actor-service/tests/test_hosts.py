@@ -19,6 +19,9 @@ from monarch.job import ProcessJob
 from procs import descendants
 from service_actors import Echo
 
+# Several processes, seconds each: not in `nox -s fast`.
+pytestmark = pytest.mark.slow
+
 HOST_NAME = "HYPERACTOR_PROCESS_NAME"  # "<proc> @ <host>" in a ProcessJob host's processes
 
 CALL_TIMEOUT_S = 2.0  # a dead host's replicas never answer: this is how they are found

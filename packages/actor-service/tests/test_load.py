@@ -19,6 +19,9 @@ from actor_service import (
 )
 from service_actors import Echo, Parallel
 
+# Several processes, seconds each: not in `nox -s fast`.
+pytestmark = pytest.mark.slow
+
 
 async def test_cap_limits_calls_per_replica_and_queues_the_rest() -> None:
     config = ServiceConfig(

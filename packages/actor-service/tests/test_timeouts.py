@@ -21,6 +21,9 @@ from helpers import Recorder, wait_until
 from procs import alive, descendants
 from service_actors import Stuck
 
+# Several processes, seconds each: not in `nox -s fast`.
+pytestmark = pytest.mark.slow
+
 TIMEOUT_S = 3.0  # long beside a no-op call even on a loaded machine, short for a test
 
 

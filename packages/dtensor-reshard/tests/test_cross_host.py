@@ -30,6 +30,9 @@ from reshard_actors import (
 )
 from torch.distributed.tensor import Replicate, Shard
 
+# Several processes, seconds each: not in `nox -s fast`.
+pytestmark = pytest.mark.slow
+
 RANKS = 2
 
 

@@ -20,7 +20,8 @@ from rdma_tensor import Transport
 from reshard_actors import SENTINEL, DTensorWorker, Spec, full, tiny_transformer
 from torch.distributed.tensor import Replicate, Shard
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+# Several processes, seconds each: not in `nox -s fast`.
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
 
 @dataclass

@@ -17,6 +17,9 @@ from rdma_tensor import PublisherDiedError
 from reshard_actors import PlainSource, ShardedTrainerRank, version_weights
 from torch.distributed.tensor import Replicate, Shard
 
+# Several processes, seconds each: not in `nox -s fast`.
+pytestmark = pytest.mark.slow
+
 
 async def _until_dead(pid: int) -> None:
     """SIGKILL is asynchronous: wait until the process has stopped running (gone or zombie)."""

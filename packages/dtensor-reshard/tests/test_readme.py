@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from dtensor_reshard import Layout, plan, render_overlap
 from torch.distributed.tensor import Shard
@@ -27,6 +28,7 @@ def test_readme_picture_is_render_overlap_output() -> None:
     assert block.group(1).rstrip("\n") == render_overlap(plan(src, dst))
 
 
+@pytest.mark.slow  # Monarch processes
 def test_readme_versioned_sync_example_runs_as_a_script(tmp_path: Path) -> None:
     script = tmp_path / "usage.py"
     script.write_text(_usage_blocks()[0])

@@ -27,7 +27,8 @@ from rdma_tensor import StaleVersionError
 from reshard_actors import ShardedTrainerRank, UnshardedGenerator, version_weights
 from torch.distributed.tensor import Replicate, Shard
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+# Several processes, seconds each: not in `nox -s fast`.
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
 RANKS = 3  # the embedding's 50 rows split 17, 17, 16
 

@@ -20,6 +20,9 @@ from rdma_tensor import PublisherConfig, Transport
 from rdma_tensor.machine import machine_env
 from sync_actors import Generator, Owner, Reader, Trainer, matches
 
+# Several processes, seconds each: not in `nox -s fast`.
+pytestmark = pytest.mark.slow
+
 BUCKETS = PublisherConfig(bucket_bytes=32 << 10)  # several buckets for the test state
 
 

@@ -14,6 +14,9 @@ from monarch.actor import ProcMesh, this_host
 from rdma_tensor import PublisherConfig, Transport
 from sync_actors import Generator, Outcome, Trainer
 
+# Several processes, seconds each: not in `nox -s fast`.
+pytestmark = pytest.mark.slow
+
 
 @pytest.mark.parametrize(
     ("transport", "pipelined"),

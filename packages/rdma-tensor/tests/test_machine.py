@@ -117,12 +117,14 @@ def _run(code: str, machine_id: str | None) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow  # a Python process of its own
 def test_the_variable_declares_the_process_machine() -> None:
     code = "from rdma_tensor.machine import this_machine; print(this_machine().machine_id)"
     assert _run(code, " host-b ").stdout == "host-b\n"
     assert _run(code, None).stdout == "\n"
 
 
+@pytest.mark.slow  # a Python process of its own
 def test_a_malformed_variable_fails_on_first_use() -> None:
     code = "from rdma_tensor import share; import torch; share(torch.zeros(4))"
     run = _run(code, "host b")
@@ -130,6 +132,7 @@ def test_a_malformed_variable_fails_on_first_use() -> None:
     assert f"ValueError: {MACHINE_ID_ENV}='host b' is not a valid machine id" in run.stderr
 
 
+@pytest.mark.slow  # a Python process of its own
 def test_changing_the_variable_after_first_use_is_refused() -> None:
     code = """
 import os

@@ -7,9 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 README = Path(__file__).parents[1] / "README.md"
 
 
+@pytest.mark.slow  # Monarch processes
 def test_usage_example_runs_and_syncs_the_weights(tmp_path: Path) -> None:
     text = README.read_text()
     usage = text[text.index("## Usage") :]

@@ -21,6 +21,9 @@ from monarch.actor import Actor, ActorError, ProcMesh, current_rank, endpoint, t
 from replay_buffer import ReplayBuffer, ReplayBufferActor, ReplayBufferConfig
 from replay_buffer.testing import make_episode, make_group
 
+# Several processes, seconds each: not in `nox -s fast`.
+pytestmark = pytest.mark.slow
+
 
 class Pid(Actor):
     """Reports the process it runs in, to check that a stopped process is really gone."""

@@ -22,7 +22,8 @@ from policies import Payload
 from rl_envs import PolicyTurn, Segment, Task, run_episode, spawn_environment
 from rl_envs.openenv_adapter import OpenEnvEnvironment
 
-pytestmark = pytest.mark.timeout(240)
+# Several processes, seconds each: not in `nox -s fast`.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 SERVER = Path(__file__).with_name("openenv_server.py")
 

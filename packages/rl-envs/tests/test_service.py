@@ -28,7 +28,8 @@ from rl_envs import (
     spawn_environment,
 )
 
-pytestmark = pytest.mark.timeout(240)
+# Several processes, seconds each: not in `nox -s fast`.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 
 async def test_concurrent_episodes_on_two_replicas() -> None:

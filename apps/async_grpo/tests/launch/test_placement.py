@@ -280,6 +280,7 @@ def test_slurm_job_arguments(tmp_path: Path) -> None:
     }
 
 
+@pytest.mark.slow  # a job script run by bash, processes
 def test_the_slurm_batch_script(tmp_path: Path) -> None:
     """Monarch's `SlurmJob` writes the batch script from our arguments and hands it to
     `sbatch`; here `sbatch` and `scancel` are stand-ins that record what they got. In a

@@ -20,6 +20,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from async_grpo.launch import signals
 
 # Sends signal `argv[2]` to pid `argv[1]`, then stays a moment, as a real sender (a shell,
@@ -47,6 +48,7 @@ def wait_ready(proc: subprocess.Popen[str]) -> None:
     assert line == "ready\n", line + proc.stdout.read()
 
 
+@pytest.mark.slow  # a Python process of its own, seconds
 def test_a_listening_run_gets_each_signal_with_its_sender() -> None:
     # Other threads (here plain ones; torch's and Monarch's in the app) do not block the
     # signals, and still the main thread, waiting for them, is handed each one.
@@ -86,6 +88,7 @@ def test_a_listening_run_gets_each_signal_with_its_sender() -> None:
         proc.kill()
 
 
+@pytest.mark.slow  # a Python process of its own, seconds
 def test_with_no_run_listening_a_signal_does_what_it_did() -> None:
     # SIGINT cancels the coroutine (KeyboardInterrupt out of run_watched, as out of
     # asyncio.run); SIGTERM ends the process.
@@ -117,6 +120,7 @@ def test_with_no_run_listening_a_signal_does_what_it_did() -> None:
         proc.kill()
 
 
+@pytest.mark.slow  # a Python process of its own, seconds
 def test_a_run_names_the_sender_and_a_second_signal_stops_it_at_once() -> None:
     # The app's handling (`train._stop_on_signals`): the first SIGTERM asks for a stop after
     # the step and logs who sent it; a second signal cancels the run.

@@ -51,6 +51,7 @@ def row(version: int) -> StepRow:
 
 @NEEDS_WANDB
 @pytest.mark.usefixtures("offline")
+@pytest.mark.slow  # W&B's own service process
 def test_rows_config_and_report_reach_an_offline_run(tmp_path: Path) -> None:
     cfg = config(tmp_path, **{"trainer.lr": "0.0005"})
     wandb = WandbRun(cfg, tmp_path, resume=False)

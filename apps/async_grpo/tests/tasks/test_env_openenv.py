@@ -65,6 +65,7 @@ def server() -> Iterator[str]:
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow  # an OpenEnv server and Monarch processes
 def test_openenv_episodes_through_the_app_rollout(server: str, tmp_path: Path) -> None:
     checkpoint = write_random_checkpoint(tmp_path / "ckpt", TINY_ARCH, [f"say {WORDS}"], seed=0)
     tokenizer = load_tokenizer(str(checkpoint))

@@ -111,6 +111,7 @@ def test_worker_scores_the_table_off_the_main_thread() -> None:
         worker.close()
 
 
+@pytest.mark.slow  # a checker process, seconds
 def test_worker_times_out_a_slow_answer_and_goes_on() -> None:
     worker = in_thread(lambda: MathWorker(timeout_s=1))
     try:
@@ -125,6 +126,7 @@ def test_worker_times_out_a_slow_answer_and_goes_on() -> None:
         worker.close()
 
 
+@pytest.mark.slow  # a checker process, seconds
 def test_worker_past_its_deadline_is_killed_and_replaced(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

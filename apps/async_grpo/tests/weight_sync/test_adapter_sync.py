@@ -36,6 +36,7 @@ async def batch(gen: Generator, seed: int) -> list[Episode]:
     return to_episodes(groups, rewards, itertools.count())
 
 
+@pytest.mark.slow  # Monarch processes
 async def test_only_the_adapter_moves_and_the_generator_stays_on_policy(
     tiny_checkpoint: Path,
 ) -> None:
