@@ -19,6 +19,7 @@ from async_grpo.launch.spawn import Components
 from async_grpo.observability.metrics import StepRow
 from async_grpo.train import run
 from jobs import keeping, rows, unaccounted
+from rl_envs import run_episode
 from rl_envs.sandbox import Sandbox, SandboxUnavailableError
 
 pytestmark = pytest.mark.slow  # a whole run (or a whole set of processes)
@@ -34,7 +35,6 @@ def test_pattern_run_warms_up_and_survives_a_killed_environment_replica(
     started: list[Components] = []
     armed: list[bool] = []
     killed: list[int] = []
-    play_one = multiturn.run_episode
 
     async def kill_mid_episode(policy: Any, *args: Any, **kwargs: Any) -> Any:
         # After step 4, the replica dies while an episode is open on it: between the
@@ -47,7 +47,7 @@ def test_pattern_run_warms_up_and_survives_a_killed_environment_replica(
                 killed.append(pid)
             return turn
 
-        return await play_one(turn_then_kill, *args, **kwargs)
+        return await run_episode(turn_then_kill, *args, **kwargs)
 
     def on_step(row: StepRow, result: TrainResult) -> None:
         del result
