@@ -71,17 +71,22 @@ nox.options.default_venv_backend = "none"
 
 nox.options.error_on_external_run = False
 
-# Test files run two at a time (pytest-xdist; a file's tests stay together, so a run its
-# tests share is made once): the whole-run tests spend much of their time waiting on other
-# processes (spawning, supervision, deadlines), so two at once take a third less wall time
-# on 2 cores (measured: the app's tests 1019 s -> 684 s). `-- -n 0` runs them one at a
-# time; a later `-n` wins. Not rl-envs': its sandbox tests look for sandboxed processes
-# left behind anywhere on the machine, and would find the other worker's.
-PARALLEL = ("-n", "2", "--dist", "loadfile")
+# Test files run several at a time (pytest-xdist; a file's tests stay together, so a run
+# its tests share is made once): most multi-process tests spend much of their time waiting
+# (spawning, supervision, deadlines), so on 2 cores two files at a time take a third less
+# wall time, and more where they wait more. Measured on a clean clone: the app's tests
+# 1019 s one at a time, 599 s two, 531 s three; actor-service's 134, 89, 64 s, 51 s four
+# (they barely use the CPU); rdma-tensor's 58 s one, 43 s two, 50 s three. `-- -n 0`
+# runs them one at a time; a later `-n` wins. rl-envs' run one at a time: its sandbox
+# tests look for sandboxed processes left behind anywhere on the machine, and would find
+# another worker's.
+WORKERS = {"async-grpo": 3, "actor-service": 4, "rl-envs": 0}
 
 
-def _parallel(tests: str) -> tuple[str, ...]:
-    return () if tests.startswith(MEMBERS["rl-envs"]) else PARALLEL
+def _parallel(member: str | None) -> tuple[str, ...]:
+    """pytest-xdist's options for `member`'s tests (None: any other tests, two at a time)."""
+    workers = WORKERS.get(member or "", 2)
+    return ("-n", str(workers), "--dist", "loadfile") if workers else ()
 
 
 def _export(*args: str) -> str:
@@ -180,7 +185,7 @@ def tests(session: nox.Session, package: str) -> None:
     env = _bubblewrap(session) if package in ("rl-envs", "async-grpo") else {}
     bin_dir = _wheel_env(session, package)
     tests = f"{MEMBERS[package]}/tests"
-    _run(session, bin_dir, "pytest", tests, *_parallel(tests), *session.posargs, env=env)
+    _run(session, bin_dir, "pytest", tests, *_parallel(package), *session.posargs, env=env)
 
 
 def _bubblewrap(session: nox.Session) -> dict[str, str]:
@@ -208,9 +213,10 @@ def fast(session: nox.Session) -> None:
     bin_dir = _env(session, "workspace", "--no-dev", "--no-emit-project", "--all-packages")
     _run(session, bin_dir, "ruff", "check", ".")
     _run(session, bin_dir, "ruff", "format", "--check", ".")
-    for path in [*MEMBERS.values(), "tests"]:
-        tests = path if path == "tests" else f"{path}/tests"
-        quick = ("-m", "not slow", "-q", *_parallel(tests))
+    members: list[tuple[str | None, str]] = [*MEMBERS.items(), (None, "")]
+    for member, path in members:
+        tests = f"{path}/tests" if member else "tests"
+        quick = ("-m", "not slow", "-q", *_parallel(member))
         _run(session, bin_dir, "pytest", tests, *quick, *session.posargs)
 
 
@@ -220,7 +226,7 @@ def integration(session: nox.Session) -> None:
     bin_dir = _env(session, "workspace", "--no-dev", "--no-emit-project", "--all-packages")
     checked = ["tests", "noxfile.py", "tools/nox_support.py"]
     _run(session, bin_dir, "mypy", "--config-file", "pyproject.toml", *checked)
-    _run(session, bin_dir, "pytest", "tests", *PARALLEL, *session.posargs)
+    _run(session, bin_dir, "pytest", "tests", *_parallel(None), *session.posargs)
 
 
 # Arguments that keep an example CI-sized; every other example runs as a reader would run it.
@@ -298,7 +304,8 @@ def vllm(session: nox.Session) -> None:
         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
         "ASYNC_GRPO_REQUIRE_VLLM": "1",  # here a missing vLLM fails instead of skipping
     }
-    run_apart(session, [str(bin_dir / "pytest"), *VLLM_TESTS, *PARALLEL, *session.posargs], env)
+    pytest = [str(bin_dir / "pytest"), *VLLM_TESTS, *_parallel(None)]
+    run_apart(session, [*pytest, *session.posargs], env)
 
 
 @nox.session
