@@ -205,8 +205,8 @@ def _bubblewrap(session: nox.Session) -> dict[str, str]:
 @nox.session
 def fast(session: nox.Session) -> None:
     """The fast tier, for while you change code (not in the default set): ruff, then every
-    member's tests not marked `slow` (whole runs, several processes for a minute), one
-    pytest per member in one environment holding the whole workspace.
+    member's tests not marked `slow` (whole runs, and tests that start several processes),
+    one pytest per member in one environment holding the whole workspace.
 
     `uv run nox -s fast` (add `-- -x` to stop at the first failure); the default set runs
     everything, slow tests included."""
