@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -31,9 +30,7 @@ import nox
 sys.path.insert(0, str(Path(__file__).parent / "tools"))
 from nox_support import (
     UV,
-    installed,
-    normalized,
-    python312,
+    rehearsal_env,
     rehearsal_problems,
     run_apart,
     run_together,
@@ -324,27 +321,6 @@ def bench(session: nox.Session, package: str) -> None:
             _run(session, bin_dir, "python", str(script), *session.posargs)
 
 
-# The rehearsal of tools/gpu_check.sh: what the GPU machine has (tools/gpu_device_packages.txt)
-# that the code needs, at the versions known there; nothing else comes from the registry.
-GPU_REHEARSAL_REQUIREMENTS = [
-    "torch==2.11.0",
-    "transformers==5.17.0",
-    "tokenizers==0.23.2",
-    "safetensors==0.8.0",
-    "huggingface-hub==1.33.0",
-    "numpy==2.5.2",
-    "tqdm",
-    "cloudpickle",
-    "psutil",
-    "packaging",
-    "pyre-extensions",  # torchmonarch imports these two
-    "tabulate",
-    "pytest",
-    "pytest-timeout",
-    "hypothesis",
-]
-
-
 @nox.session(name="gpu_rehearsal")
 def gpu_rehearsal(session: nox.Session) -> None:
     """Runs tools/gpu_check.sh end to end on this CPU machine, in an environment like the GPU
@@ -357,35 +333,9 @@ def gpu_rehearsal(session: nox.Session) -> None:
     import it needs beyond the machine's packages must come from .offline/. It must exit 0,
     with the CUDA parts skipped or shrunk, each saying why.
     """
-    device = {
-        normalized(line)
-        for line in (ROOT / "tools" / "gpu_device_packages.txt").read_text().splitlines()
-        if line.strip() and not line.startswith("#")
-    }
-    wanted = {normalized(re.split(r"[=<>]", r)[0]) for r in GPU_REHEARSAL_REQUIREMENTS}
-    if wanted - device:
-        session.error(f"not on the GPU machine: {sorted(wanted - device)}")
-    base_python = python312()
-    env_dir = ENVS / "gpu-rehearsal"
-    python = env_dir / "bin" / "python"
-    digest = hashlib.sha256(
-        "\n".join([base_python, *GPU_REHEARSAL_REQUIREMENTS, *sorted(device)]).encode()
-    ).hexdigest()
-    stamp = env_dir / "requirements.sha256"
-    if not (stamp.exists() and stamp.read_text() == digest):
-        shutil.rmtree(env_dir, ignore_errors=True)
-        session.run(base_python, "-m", "venv", str(env_dir), external=True)
-        session.run(
-            UV, "pip", "install", "--quiet", "--python", str(python), *GPU_REHEARSAL_REQUIREMENTS
-        )
-        extra = sorted(set(installed(python)) - device)
-        if extra:  # requirements the GPU machine does without (transformers' pydantic)
-            session.log(f"removing what the GPU machine lacks: {', '.join(extra)}")
-            session.run(UV, "pip", "uninstall", "--quiet", "--python", str(python), *extra)
-        stamp.write_text(digest)
-    extra = sorted(set(installed(python)) - device)
-    if extra:
-        session.error(f"the rehearsal environment holds what the GPU machine lacks: {extra}")
+    env_dir = rehearsal_env(
+        session, ENVS / "gpu-rehearsal", ROOT / "tools" / "gpu_device_packages.txt"
+    )
     session.run("bash", str(ROOT / "tools" / "gpu_bundle.sh"), external=True)
     out = Path(session.create_tmp()).resolve() / "gpu_check"
     shutil.rmtree(out, ignore_errors=True)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -168,6 +169,64 @@ def installed(python: Path) -> list[str]:
         check=True, capture_output=True, text=True,
     ).stdout  # fmt: skip
     return [normalized(p["name"]) for p in json.loads(listed)]
+
+
+# The rehearsal of tools/gpu_check.sh: what the GPU machine has (tools/gpu_device_packages.txt)
+# that the code needs, at the versions known there; nothing else comes from the registry.
+GPU_REHEARSAL_REQUIREMENTS = [
+    "torch==2.11.0",
+    "transformers==5.17.0",
+    "tokenizers==0.23.2",
+    "safetensors==0.8.0",
+    "huggingface-hub==1.33.0",
+    "numpy==2.5.2",
+    "tqdm",
+    "cloudpickle",
+    "psutil",
+    "packaging",
+    "pyre-extensions",  # torchmonarch imports these two
+    "tabulate",
+    "pytest",
+    "pytest-timeout",
+    "hypothesis",
+]
+
+
+def rehearsal_env(session: nox.Session, env_dir: Path, device_packages: Path) -> Path:
+    """The GPU rehearsal's virtual environment in `env_dir`: Python 3.12 and
+    `GPU_REHEARSAL_REQUIREMENTS`, with anything they pull in that the GPU machine lacks (the
+    packages listed in `device_packages`) removed; rebuilt when either list changes. Fails
+    the session if a requirement is not on the GPU machine or the environment holds more
+    than it has. Returns `env_dir`."""
+    device = {
+        normalized(line)
+        for line in device_packages.read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
+    wanted = {normalized(re.split(r"[=<>]", r)[0]) for r in GPU_REHEARSAL_REQUIREMENTS}
+    if wanted - device:
+        session.error(f"not on the GPU machine: {sorted(wanted - device)}")
+    base_python = python312()
+    python = env_dir / "bin" / "python"
+    digest = hashlib.sha256(
+        "\n".join([base_python, *GPU_REHEARSAL_REQUIREMENTS, *sorted(device)]).encode()
+    ).hexdigest()
+    stamp = env_dir / "requirements.sha256"
+    if not (stamp.exists() and stamp.read_text() == digest):
+        shutil.rmtree(env_dir, ignore_errors=True)
+        session.run(base_python, "-m", "venv", str(env_dir), external=True)
+        session.run(
+            UV, "pip", "install", "--quiet", "--python", str(python), *GPU_REHEARSAL_REQUIREMENTS
+        )
+        extra = sorted(set(installed(python)) - device)
+        if extra:  # requirements the GPU machine does without (transformers' pydantic)
+            session.log(f"removing what the GPU machine lacks: {', '.join(extra)}")
+            session.run(UV, "pip", "uninstall", "--quiet", "--python", str(python), *extra)
+        stamp.write_text(digest)
+    extra = sorted(set(installed(python)) - device)
+    if extra:
+        session.error(f"the rehearsal environment holds what the GPU machine lacks: {extra}")
+    return env_dir
 
 
 def rehearsal_problems(report: dict[str, Any]) -> list[str]:
