@@ -13,8 +13,8 @@
 #   weight_sync  packages/rdma-tensor/benchmarks/gpu_weight_sync.py: a Qwen2.5-0.5B-shaped
 #                bf16 state dict, CUDA trainer process -> CUDA generator process
 #   app          async-grpo --preset qwen2.5-0.5b --model.random_weights true (or --model
-#                CHECKPOINT_DIR) with the HF engine for about 3 minutes (the reference
-#                model on the trainer's GPU), GPU memory sampled
+#                CHECKPOINT_DIR) with the HF engine for about 3 minutes, 1 of them training
+#                (the reference model on the trainer's GPU), GPU memory sampled
 # Then OUT_DIR/gpu_check.json (everything), OUT_DIR/<part>.log (each part's log, its last
 # 400 lines) and a short table. Exits 1 if any part failed or timed out.
 #
@@ -24,11 +24,11 @@
 # shrunk to the tiny architecture for 3 steps.
 #
 # Before the device call, here: tools/gpu_bundle.sh (builds .offline/, about 41 MiB). The
-# device call: the part limits add up to 345 s and `timeout` kills a part at most 5 s past
-# its limit, so the script ends within about 6 minutes; timeout_s=400 only keeps the call
+# device call: the part limits add up to 375 s and `timeout` kills a part at most 5 s past
+# its limit, so the script ends within about 6 minutes; timeout_s=430 only keeps the call
 # from cutting off the summary:
 #
-#   run(command='bash tools/gpu_check.sh "$OUT"', carry=[".offline"], timeout_s=400)
+#   run(command='bash tools/gpu_check.sh "$OUT"', carry=[".offline"], timeout_s=430)
 #
 # What comes back in $OUT: gpu_check.json, <part>.log for the four parts, app_metrics.jsonl.
 # docs/gpu_check.md describes it all and keeps the results.
@@ -36,7 +36,7 @@
 # Settings (environment): GPU_CHECK_PYTHON (python3), GPU_CHECK_WORK (scratch, default
 # /tmp/gpu_check: the app's checkpoints are large, so they stay out of OUT_DIR), and the
 # part limits in seconds GPU_CHECK_SETUP_S (35), GPU_CHECK_TESTS_S (70), GPU_CHECK_SYNC_S
-# (60), GPU_CHECK_APP_S (180) and GPU_CHECK_APP_TRAIN_S (90: the app's --max_minutes);
+# (60), GPU_CHECK_APP_S (210) and GPU_CHECK_APP_TRAIN_S (60: the app's --max_minutes);
 # GPU_CHECK_APP_ARGS, more options for the app (after the script's own).
 set -uo pipefail
 
@@ -99,10 +99,10 @@ part_app() {
     local args=(--generator.engine hf --out_dir "$WORK/app" --checkpoint.every 1000000 --log_every 5)
     if [ "$(cat "$WORK/mode")" = cuda ]; then
         local minutes
-        minutes=$(awk -v s="${GPU_CHECK_APP_TRAIN_S:-90}" 'BEGIN { printf "%.3f", s / 60 }')
+        minutes=$(awk -v s="${GPU_CHECK_APP_TRAIN_S:-60}" 'BEGIN { printf "%.3f", s / 60 }')
         # The preset as written (KL on: the reference model shares the trainer's GPU).
         args+=(--preset qwen2.5-0.5b --steps 1000000 --max_minutes "$minutes")
-        echo "[one GPU: the qwen2.5-0.5b preset, ${GPU_CHECK_APP_TRAIN_S:-90} s of training]" > "$WORK/app.label"
+        echo "[one GPU: the qwen2.5-0.5b preset, ${GPU_CHECK_APP_TRAIN_S:-60} s of training]" > "$WORK/app.label"
     else
         # KL off on the CPU: the reference model's forward would hold every step there.
         args+=(--preset qwen2.5-0.5b --device cpu --model.arch tiny --steps 3 --trainer.loss.kl_coef 0)
@@ -218,6 +218,6 @@ run_part() {
 run_part setup "${GPU_CHECK_SETUP_S:-35}"
 run_part gpu_tests "${GPU_CHECK_TESTS_S:-70}"
 run_part weight_sync "${GPU_CHECK_SYNC_S:-60}"
-run_part app "${GPU_CHECK_APP_S:-180}"
+run_part app "${GPU_CHECK_APP_S:-210}"
 cp "$WORK/app/metrics.jsonl" "$OUT/app_metrics.jsonl" 2> /dev/null
 "$PY" "$root/tools/gpu_check.py" summarize "$WORK" "$OUT"

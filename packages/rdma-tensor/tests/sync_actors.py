@@ -105,8 +105,12 @@ class Owner(Actor):
     """Shares one tensor and can change or close it."""
 
     @endpoint
-    async def share(self, data: torch.Tensor, transport: Transport | None) -> TensorHandle:
-        self.tensor = data.clone()
+    async def share(
+        self, data: torch.Tensor, transport: Transport | None, device: str = "cpu"
+    ) -> TensorHandle:
+        # The copy to `device` happens here: a CUDA tensor sent as an endpoint's argument
+        # arrives in CPU memory (seen on the first GPU run), so the owner must make its own.
+        self.tensor = data.to(device, copy=True)
         self.shared = share(self.tensor, transport=transport)
         return self.shared.handle
 

@@ -180,7 +180,7 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA de
 @cuda
 async def test_cuda_ipc_round_trip(owner: Owner, reader: Reader) -> None:
     data = torch.randn(4096, generator=torch.Generator().manual_seed(3))
-    handle = await owner.share.call_one(data.cuda(), None)
+    handle = await owner.share.call_one(data, None, "cuda")
     assert handle.device.startswith("cuda")
     got, used = await reader.read.call_one(handle, torch.zeros(4096, device="cuda"), 0, None)
     assert used is Transport.CUDA_IPC

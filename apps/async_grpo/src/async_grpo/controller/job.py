@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Protocol
@@ -132,8 +133,14 @@ async def run_job(
         await gate.stop()
         evaluator.cancel()
         await cancel_tasks([pids])
+        began = time.perf_counter()
         await shutdown(c)
+        if (took := time.perf_counter() - began) > SLOW_SHUTDOWN_S:
+            log(f"[stopping the run's processes took {took:.1f} s]")
 
+
+SLOW_SHUTDOWN_S = 5.0
+"""A shutdown slower than this is logged with its time."""
 
 PROCESSES_FILE = "processes.json"
 """`<out_dir>/processes.json`: the pid of every process of the run by component, kept
