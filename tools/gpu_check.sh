@@ -37,7 +37,9 @@
 # /tmp/gpu_check: the app's checkpoints are large, so they stay out of OUT_DIR), and the
 # part limits in seconds GPU_CHECK_SETUP_S (35), GPU_CHECK_TESTS_S (70), GPU_CHECK_SYNC_S
 # (60), GPU_CHECK_APP_S (210) and GPU_CHECK_APP_TRAIN_S (60: the app's --max_minutes);
-# GPU_CHECK_APP_ARGS, more options for the app (after the script's own).
+# GPU_CHECK_APP_ARGS, more options for the app (after the script's own); GPU_CHECK_PARTS,
+# the parts to run (default "setup gpu_tests weight_sync app"; the others are "not run",
+# and setup is needed by the rest).
 set -uo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -215,9 +217,10 @@ run_part() {
     echo "======== $name: $status after ${seconds} s${reason:+ ($reason)}"
 }
 
-run_part setup "${GPU_CHECK_SETUP_S:-35}"
-run_part gpu_tests "${GPU_CHECK_TESTS_S:-70}"
-run_part weight_sync "${GPU_CHECK_SYNC_S:-60}"
-run_part app "${GPU_CHECK_APP_S:-210}"
+wanted() { [[ " ${GPU_CHECK_PARTS:-setup gpu_tests weight_sync app} " == *" $1 "* ]]; }
+wanted setup && run_part setup "${GPU_CHECK_SETUP_S:-35}"
+wanted gpu_tests && run_part gpu_tests "${GPU_CHECK_TESTS_S:-70}"
+wanted weight_sync && run_part weight_sync "${GPU_CHECK_SYNC_S:-60}"
+wanted app && run_part app "${GPU_CHECK_APP_S:-210}"
 cp "$WORK/app/metrics.jsonl" "$OUT/app_metrics.jsonl" 2> /dev/null
 "$PY" "$root/tools/gpu_check.py" summarize "$WORK" "$OUT"

@@ -36,7 +36,8 @@ def summarize(work: Path, out: Path) -> int:
     parts["gpu_tests"]["tests"] = _junit(sorted(work.glob("junit-*.xml")))
     parts["weight_sync"]["result"] = _read_json(work / "weight_sync.json")
     parts["app"]["result"] = _app(work / "app", work / "memory.jsonl", mode)
-    failed = [n for n, p in parts.items() if p["status"] not in ("passed", "skipped")]
+    # "not run": left out by GPU_CHECK_PARTS.
+    failed = [n for n, p in parts.items() if p["status"] not in ("passed", "skipped", "not run")]
     report = {
         "schema": 1,
         "mode": mode,
@@ -342,7 +343,10 @@ def _one_line(name: str, p: dict[str, Any]) -> str:
         med, ratios = r["median_s"], r["ratios"]
         text = f"[{r['device']}] {r['arch']} {r['bytes'] / 1e6:.1f} MB: sync "
         text += f"{med['sync'] * 1e3:.1f} ms, stall {med['stall'] * 1e3:.1f} ms, pull "
-        text += f"{med['pull'] * 1e3:.1f} ms, d2d {med['d2d'] * 1e3:.2f} ms, "
+        text += f"{med['pull'] * 1e3:.1f} ms"
+        if r.get("pull_source_pinned") is not None:
+            text += " (pinned)" if r["pull_source_pinned"] else " (pageable)"
+        text += f", d2d {med['d2d'] * 1e3:.2f} ms, "
         text += f"sync/d2d {ratios['sync_over_d2d']:.1f}x"
         if "cuda_ipc" in med:
             text += f", cuda_ipc {med['cuda_ipc'] * 1e3:.1f} ms"

@@ -16,7 +16,8 @@ Each round (the first warms up and is not counted):
     sync        `Publisher.publish` in the trainer (`stall`: how long it blocks the trainer;
                 it copies into page-locked CPU staging memory), the manifest back to the
                 controller and on to the generator, whose `Subscriber(state, mode="copy")`
-                copies the version into its CUDA tensors (`pull`); timed from the
+                copies the version into its CUDA tensors (`pull`) from its mapping of the
+                staging memory, page-locked for CUDA where CUDA allows; timed from the
                 controller, from the publish until the generator's pull returned;
     d2d         in the generator process, one `copy_` of the same number of bytes from one
                 CUDA buffer to another (the ceiling for moving them on the device);
@@ -54,7 +55,15 @@ from typing import Any
 import torch
 from _qwen_state import ARCHS, DTYPE, Shapes, fill, flat_views, qwen2_shapes
 from monarch.actor import Actor, endpoint, this_host
-from rdma_tensor import Manifest, Publisher, PullResult, SharedTensor, Subscriber, share
+from rdma_tensor import (
+    Manifest,
+    Publisher,
+    PullResult,
+    SharedTensor,
+    Subscriber,
+    _shm,  # private: only to report whether the pull's source was pinned
+    share,
+)
 
 
 def size(nbytes: float) -> str:
@@ -125,6 +134,11 @@ class Generator(Actor):
     @endpoint
     async def pull(self, manifest: Manifest) -> PullResult:
         return await self.subscriber.pull(manifest)
+
+    @endpoint
+    async def source_pinned(self) -> bool:
+        """Whether the staging memory this process copies from is page-locked for CUDA."""
+        return _shm.cuda_registered_bytes() > 0
 
     @endpoint
     async def check(self) -> bool:
@@ -228,6 +242,7 @@ async def run(device: str, arch: str, repeats: int, threads: int) -> dict[str, A
         )
         if not ok or not row.get("cuda_ipc_bit_for_bit", True):
             raise AssertionError(f"round {r}: the generator's weights differ from version {r + 1}")
+    pinned = await generator.source_pinned.call_one()
     await trainer.teardown.call_one()
     await procs.stop()
     timed = rounds[1:]
@@ -251,6 +266,7 @@ async def run(device: str, arch: str, repeats: int, threads: int) -> dict[str, A
         "tied": tied,
         "rounds_timed": len(timed),
         "transport": rounds[-1]["transport"],
+        "pull_source_pinned": pinned,
         "bit_for_bit": all(r["bit_for_bit"] for r in rounds),
         "median_s": median,
         "gbps": {k: nbytes / v / 1e9 for k, v in median.items() if v > 0},
@@ -286,6 +302,8 @@ def report(s: dict[str, Any]) -> None:
             secs = s["median_s"][key]
             print(f"  {key:<11} {secs * 1e3:9.2f} ms {s['gbps'][key]:8.2f} GB/s  {text}")
     print("  ratios in this run: " + ", ".join(f"{k} {v:.2f}" for k, v in s["ratios"].items()))
+    pinned = "page-locked for CUDA" if s["pull_source_pinned"] else "pageable"
+    print(f"  the generator copied from staging memory mapped {pinned}")
     if s["device"] != "cuda":
         print("  cuda_ipc: skipped (no CUDA device)")
 

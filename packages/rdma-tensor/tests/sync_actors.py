@@ -362,6 +362,11 @@ class Generator(WeightSubscriber):
         return shm.mapped_bytes(files) + _lease.leased_bytes(files)
 
     @endpoint
+    async def cuda_registered_bytes(self) -> int:
+        """Staging memory this process has mapped page-locked for CUDA."""
+        return shm.cuda_registered_bytes()
+
+    @endpoint
     async def leased_bytes(self, manifest: Manifest) -> int:
         """Staging memory of `manifest`'s publisher that leased views in this process pin."""
         return _lease.leased_bytes(staging_files(manifest))

@@ -195,12 +195,14 @@ async def test_publish_skips_slots_leased_by_readers() -> None:
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 async def test_cuda_trainer_to_cuda_generator_with_cast(procs: ProcMesh) -> None:
-    """CUDA weights staged through page-locked staging memory, pulled into CUDA bf16."""
+    """CUDA weights staged through page-locked staging memory, pulled into CUDA bf16 from
+    the generator's own mapping of it, page-locked too."""
     trainer = spawn_trainer(procs, "trainer_cuda", device="cuda")
     generator = spawn_generator(procs, "generator_cuda", dtype=torch.bfloat16, device="cuda")
     manifest = await trainer.publish.call_one(2)
     outcome = await generator.try_pull.call_one(manifest, allow_cast=True)
     assert outcome.result is not None, outcome.message
+    assert await generator.cuda_registered_bytes.call_one() > 0
     got = await generator.state_dict.call_one()
     for name, t in version_state(2).items():
         assert torch.equal(got[name], t.bfloat16())

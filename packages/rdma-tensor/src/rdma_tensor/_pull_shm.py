@@ -77,13 +77,15 @@ class _Slot:
         return SlotHeader.parse(self.header)
 
 
-def _map(manifest: Manifest) -> list[_Slot]:
+def _map(manifest: Manifest, *, for_cuda: bool) -> list[_Slot]:
     process = manifest.slots[0].header.owner.process
     slots = []
     for ref in manifest.slots:
         assert ref.header.shm is not None
-        header, fd = _shm.local_view(process, ref.header.shm)
-        buckets = [_shm.local_view(process, b.shm)[0] for b in ref.buckets if b.shm]
+        header, fd = _shm.local_view(process, ref.header.shm, for_cuda=for_cuda)
+        buckets = [
+            _shm.local_view(process, b.shm, for_cuda=for_cuda)[0] for b in ref.buckets if b.shm
+        ]
         slots.append(_Slot(header, fd, buckets))
     return slots
 
@@ -93,7 +95,7 @@ async def pull_shm(manifest: Manifest, plan: Plan, goal: Goal, *, map_views: boo
     with `map_views`, returns leased views of it (`Outcome.views`, nothing copied)."""
     owner = manifest.slots[0].header.owner
     check_owner(owner)
-    slots = _map(manifest)
+    slots = _map(manifest, for_cuda=not map_views and any(dst.is_cuda for _, dst in plan))
     backoff = 0.0002
     pipeline = True
     while True:

@@ -88,7 +88,9 @@ def copy_entries(plan: Plan, buckets: Sequence[torch.Tensor]) -> None:
     with torch.no_grad():
         for e, dst in plan:
             src = buckets[e.bucket][e.offset : e.offset + e.nbytes].view(e.dtype).view(e.shape)
-            dst.copy_(src)
+            # Asynchronous into CUDA memory: the synchronize below ends every copy before
+            # the caller lets go of the source (from pageable memory it is synchronous anyway).
+            dst.copy_(src, non_blocking=dst.is_cuda)
     for device in {dst.device for _, dst in plan if dst.is_cuda}:
         torch.cuda.synchronize(device)
 

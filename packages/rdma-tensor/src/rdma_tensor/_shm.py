@@ -7,6 +7,12 @@ after SIGKILL: the kernel frees the memory once the last descriptor and mapping 
 
 Reader side: `open("/proc/<pid>/fd/<fd>")` yields the same file; we map it read-only with
 MAP_POPULATE and cache the mapping, so repeated reads pay neither `mmap` nor page faults.
+A reader that copies into CUDA memory maps it read-write instead and page-locks it for CUDA
+once (`cudaHostRegister`), so its host-to-device copies are DMA from the mapping itself: on
+the first GPU run (one H200) a pull of 1.26 GB from an unregistered mapping ran at 6.7 GB/s,
+the driver's pageable path, against 55 GB/s for a page-locked device-to-host copy. It never
+writes through that mapping; CUDA cannot page-lock a read-only one without a flag not every
+system supports.
 The same descriptor carries the short `flock` leases of copying readers (see `staging.py`);
 a mapping reader's lease gets a descriptor of its own, owned by its views (`lease`, see
 `_lease`). The kernel drops a lease when its holder dies.
@@ -19,7 +25,9 @@ import mmap
 import os
 import warnings
 from collections.abc import Collection
+from contextlib import suppress
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -61,12 +69,21 @@ def new_segment(nbytes: int) -> torch.Tensor:
 
 
 class _Mapping:
-    def __init__(self, fd: int, mm: mmap.mmap, data: torch.Tensor) -> None:
+    def __init__(self, fd: int, mm: mmap.mmap, data: torch.Tensor, *, for_cuda: bool) -> None:
         self.fd = fd
         self.mm = mm
         self.data = data
+        self.for_cuda = for_cuda
+        self.cuda_registered = False
+        if for_cuda:
+            err = _cudart().cudaHostRegister(data.data_ptr(), data.numel(), 0)
+            self.cuda_registered = int(err) == 0  # if refused, copies take the pageable path
 
     def release(self) -> None:
+        if self.cuda_registered:
+            with suppress(Exception):
+                _cudart().cudaHostUnregister(self.data.data_ptr())
+            self.cuda_registered = False
         # Dropping the tensor and the mmap object unmaps; the memory is freed once the owner
         # has let go as well.
         del self.data
@@ -74,19 +91,20 @@ class _Mapping:
         os.close(self.fd)
 
 
-_mappings: dict[tuple[ProcessRef, FdRef], _Mapping] = {}
+_mappings: dict[tuple[ProcessRef, FdRef, bool], _Mapping] = {}
+"""Open mappings by owner, file and whether they are page-locked for CUDA."""
 
 
 def _sweep() -> None:
     """Releases mappings whose owner closed the file or died, so their memory can go."""
-    for key in [k for k in _mappings if not fd_matches(*k)]:
+    for key in [k for k in _mappings if not fd_matches(k[0], k[1])]:
         _mappings.pop(key).release()
 
 
-def _open(owner: ProcessRef, region: ShmRegion) -> _Mapping:
+def _open(owner: ProcessRef, region: ShmRegion, *, for_cuda: bool) -> _Mapping:
     path = f"/proc/{owner.pid}/fd/{region.file.fd}"
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(path, (os.O_RDWR if for_cuda else os.O_RDONLY) | os.O_CLOEXEC)
     except FileNotFoundError:
         raise PublisherDiedError(
             f"shared memory of pid {owner.pid} is gone ({path} does not exist): "
@@ -102,26 +120,33 @@ def _open(owner: ProcessRef, region: ShmRegion) -> _Mapping:
         os.close(fd)
         raise PublisherDiedError(f"pid {owner.pid} no longer holds the shared-memory file")
     flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
-    mm = mmap.mmap(fd, region.file_nbytes, flags=flags, prot=mmap.PROT_READ)
+    prot = mmap.PROT_READ | (mmap.PROT_WRITE if for_cuda else 0)
+    mm = mmap.mmap(fd, region.file_nbytes, flags=flags, prot=prot)
     with warnings.catch_warnings():
         # Read-only by construction; torch warns that it cannot mark the tensor read-only.
         warnings.simplefilter("ignore", UserWarning)
         data = torch.frombuffer(mm, dtype=torch.uint8)
-    return _Mapping(fd, mm, data)
+    return _Mapping(fd, mm, data, for_cuda=for_cuda)
 
 
-def _mapping(owner: ProcessRef, region: ShmRegion) -> _Mapping:
-    key = (owner, region.file)
+def _mapping(owner: ProcessRef, region: ShmRegion, *, for_cuda: bool = False) -> _Mapping:
+    # A file may be mapped twice in one process, for CUDA and not: releasing the first on
+    # the second's arrival would close the descriptor another pull's lease may be holding.
+    key = (owner, region.file, for_cuda)
     mapping = _mappings.get(key)
     if mapping is None:
         _sweep()
-        mapping = _mappings[key] = _open(owner, region)
+        mapping = _mappings[key] = _open(owner, region, for_cuda=for_cuda)
     return mapping
 
 
-def local_view(owner: ProcessRef, region: ShmRegion) -> tuple[torch.Tensor, int]:
-    """A read-only uint8 view of `region` in this process, and the descriptor for leases."""
-    mapping = _mapping(owner, region)
+def local_view(
+    owner: ProcessRef, region: ShmRegion, *, for_cuda: bool = False
+) -> tuple[torch.Tensor, int]:
+    """A uint8 view of `region` in this process, and the descriptor for leases. `for_cuda`:
+    the view is page-locked for CUDA copies where CUDA allows (see the module's docstring);
+    the caller only reads it either way."""
+    mapping = _mapping(owner, region, for_cuda=for_cuda)
     view = mapping.data[region.byte_offset : region.byte_offset + region.nbytes]
     return view, mapping.fd
 
@@ -152,6 +177,15 @@ def mapped_bytes(files: Collection[FdRef] | None = None) -> int:
     tests and leak checks. Leased views (`lease`) keep their mapping alive after `forget`;
     `_lease.leased_bytes` counts those."""
     return sum(m.data.numel() for k, m in _mappings.items() if files is None or k[1] in files)
+
+
+def cuda_registered_bytes() -> int:
+    """Bytes of this process's mappings page-locked for CUDA, for tests and benchmarks."""
+    return sum(m.data.numel() for m in _mappings.values() if m.cuda_registered)
+
+
+def _cudart() -> Any:
+    return torch.cuda.cudart()  # type: ignore[no-untyped-call]
 
 
 def try_lock(fd: int, *, exclusive: bool) -> bool:
