@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The GPU check: one call of at most 6 minutes on a bare GPU machine (one H100, Python 3.12
-# with PyTorch and transformers, no Monarch, no package registry, no network). From the
-# repository root:
+# The GPU check: one call of about 6.5 minutes at most on a bare GPU machine (one H100 or
+# H200, Python 3.12 with PyTorch and transformers, no Monarch, no package registry, no
+# network). From the repository root:
 #
 #   tools/gpu_check.sh OUT_DIR [--model CHECKPOINT_DIR]
 #
@@ -25,7 +25,7 @@
 #
 # Before the device call, here: tools/gpu_bundle.sh (builds .offline/, about 41 MiB). The
 # device call: the part limits add up to 375 s and `timeout` kills a part at most 5 s past
-# its limit, so the script ends within about 6 minutes; timeout_s=430 only keeps the call
+# its limit, so the script ends within about 6.5 minutes; timeout_s=430 only keeps the call
 # from cutting off the summary:
 #
 #   run(command='bash tools/gpu_check.sh "$OUT"', carry=[".offline"], timeout_s=430)
