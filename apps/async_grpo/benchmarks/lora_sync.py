@@ -1,6 +1,6 @@
 """Bytes and time of one weight sync, whole model against LoRA adapters, in ONE run.
 
-Qwen2.5-0.5B's architecture (`model.policy.QWEN25_05B_ARCH`, random weights built from its
+Qwen2.5-0.5B's architecture (`model.arch.QWEN25_05B_ARCH`, random weights built from its
 config: nothing downloaded) in two real Monarch processes, as the app runs them:
 
 - a trainer process holds the float32 policy (with `--rank R` adapters on the attention and

@@ -5,7 +5,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from async_grpo.model.policy import ArchSpec, write_random_checkpoint
+from async_grpo.model.arch import ArchSpec
+from async_grpo.model.policy import write_random_checkpoint
 from async_grpo.tasks.prompts import corpus_for
 
 # Monarch notices a dead process at its supervision poll: 1 s instead of the default 10 s

@@ -23,7 +23,7 @@ from async_grpo.config.schema import (
     SamplingConfig,
     TrainerConfig,
 )
-from async_grpo.model.policy import QWEN25_05B_ARCH, ArchSpec
+from async_grpo.model.arch import QWEN25_05B_ARCH, ArchSpec
 
 TINY_ARCH = ArchSpec(
     hidden_size=128,

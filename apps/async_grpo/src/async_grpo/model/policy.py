@@ -7,7 +7,6 @@ code path a real model takes.
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import torch
@@ -22,41 +21,11 @@ from transformers import (
 )
 from transformers.utils import logging as hf_logging
 
+from async_grpo.model.arch import ArchSpec
 from async_grpo.model.tokenizer import build_tokenizer, save_tokenizer
 
 # Per-file progress bars from every process would drown the training log.
 hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
-
-
-@dataclasses.dataclass(frozen=True)
-class ArchSpec:
-    """The Qwen2 architecture numbers a preset builds from (no checkpoint needed)."""
-
-    hidden_size: int
-    intermediate_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    max_position_embeddings: int
-    vocab_size: int | None = None  # None: the tokenizer's length
-    tie_word_embeddings: bool = True
-    rope_theta: float = 10000.0
-    rms_norm_eps: float = 1e-6
-
-
-# Values from Qwen/Qwen2.5-0.5B-Instruct's config.json, so a random-weights model has the
-# real parameter count and layer shapes without fetching anything.
-QWEN25_05B_ARCH = ArchSpec(
-    hidden_size=896,
-    intermediate_size=4864,
-    num_hidden_layers=24,
-    num_attention_heads=14,
-    num_key_value_heads=2,
-    max_position_embeddings=32768,
-    vocab_size=151936,
-    tie_word_embeddings=True,
-    rope_theta=1000000.0,
-)
 
 
 def qwen2_config(arch: ArchSpec, tokenizer: PreTrainedTokenizerBase | None) -> Qwen2Config:
