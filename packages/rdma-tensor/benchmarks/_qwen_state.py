@@ -18,7 +18,7 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 Shapes = list[tuple[str, tuple[int, ...]]]
 
-# The dimensions of Qwen/Qwen2.5-0.5B-Instruct's config.json (as async_grpo.model.policy's
+# The dimensions of Qwen/Qwen2.5-0.5B-Instruct's config.json (as async_grpo.model.arch's
 # QWEN25_05B_ARCH); `tiny` is a CPU-sized Qwen2 for the rehearsal.
 ARCHS: dict[str, dict[str, Any]] = {
     "qwen2.5-0.5b": {

@@ -4,9 +4,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from async_grpo.model.arch import QWEN25_05B_ARCH, ArchSpec
 from async_grpo.model.policy import (
-    QWEN25_05B_ARCH,
-    ArchSpec,
     load_policy,
     load_tokenizer,
     qwen2_config,
