@@ -29,6 +29,10 @@ sys.path.insert(0, os.path.dirname(__file__))
 # developer's RDMA_TENSOR_MACHINE_ID must not leak in (removed before anything fixes this
 # process's identity, see rdma_tensor.machine, and before any process is spawned).
 os.environ.pop("RDMA_TENSOR_MACHINE_ID", None)
+# A process that stops on a busy machine (the suite keeps both cores busy) can take longer
+# than Monarch's 3 s cleanup deadline; past it, the stop reaches this process as an unhandled
+# failure, which Monarch raises here as a KeyboardInterrupt that crashes the test worker.
+os.environ.setdefault("HYPERACTOR_CLEANUP_TIMEOUT", "30s")
 
 WORLD_SIZE = 16
 

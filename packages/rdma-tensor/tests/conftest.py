@@ -16,6 +16,10 @@ import pytest
 from monarch.actor import MeshFailure, ProcMesh, this_host
 
 os.environ.setdefault("HYPERACTOR_MESH_SUPERVISION_POLL_FREQUENCY", "1s")
+# A process that stops on a busy machine (the suite keeps both cores busy) can take longer
+# than Monarch's 3 s cleanup deadline; past it, the stop reaches this process as an unhandled
+# failure, which Monarch raises here as a KeyboardInterrupt that crashes the test worker.
+os.environ.setdefault("HYPERACTOR_CLEANUP_TIMEOUT", "30s")
 # Every process is on this machine unless a test declares otherwise (test_cross_host.py): a
 # developer's RDMA_TENSOR_MACHINE_ID must not leak in. Removed before anything fixes this
 # process's identity (see rdma_tensor.machine), and so before any process is spawned.

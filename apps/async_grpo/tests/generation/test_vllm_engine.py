@@ -103,11 +103,13 @@ def alive(pid: int) -> bool:
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _tolerate_deliberate_kills() -> Iterator[None]:
+@pytest.fixture(scope="session", autouse=True)
+def _tolerate_deliberate_kills() -> None:
     """Monarch reports the SIGKILLed replica (and the one refused at start) to the
-    controller seconds later; the default hook would then exit pytest. Any other failure
-    still goes to the default hook."""
+    controller seconds later; the default hook would then exit pytest, which Monarch does by
+    raising KeyboardInterrupt in the main thread. Any other failure still goes to the
+    default hook, and Monarch writes its report to stderr. Never restored: the report can
+    arrive after this module's last test, during the next file's in the same worker."""
     default = monarch.actor.unhandled_fault_hook
 
     def hook(failure: MeshFailure) -> None:
@@ -115,8 +117,6 @@ def _tolerate_deliberate_kills() -> Iterator[None]:
             default(failure)
 
     monarch.actor.unhandled_fault_hook = hook
-    yield
-    monarch.actor.unhandled_fault_hook = default
 
 
 def vllm_config(kv_cache_gib: float = 0.0625) -> GeneratorConfig:
