@@ -12,10 +12,6 @@ from async_grpo.tasks.prompts import corpus_for
 # Monarch notices a dead process at its supervision poll: 1 s instead of the default 10 s
 # keeps the tests that kill processes short. Set before any test starts Monarch here.
 os.environ.setdefault("HYPERACTOR_MESH_SUPERVISION_POLL_FREQUENCY", "1s")
-# A process that stops on a busy machine (the suite keeps both cores busy) can take longer
-# than Monarch's 3 s cleanup deadline; past it, the stop reaches this process as an unhandled
-# failure, which Monarch raises here as a KeyboardInterrupt that crashes the test worker.
-os.environ.setdefault("HYPERACTOR_CLEANUP_TIMEOUT", "30s")
 
 # Test helpers (`jobs`, `synthetic_runs`) live beside this file.
 sys.path.insert(0, os.path.dirname(__file__))

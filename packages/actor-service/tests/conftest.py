@@ -11,10 +11,6 @@ import os
 import sys
 
 os.environ.setdefault("HYPERACTOR_MESH_SUPERVISION_POLL_FREQUENCY", "1s")
-# A process that stops on a busy machine (the suite keeps both cores busy) can take longer
-# than Monarch's 3 s cleanup deadline; past it, the stop reaches this process as an unhandled
-# failure, which Monarch raises here as a KeyboardInterrupt that crashes the test worker.
-os.environ.setdefault("HYPERACTOR_CLEANUP_TIMEOUT", "30s")
 
 # The test actors live in `service_actors.py` beside this file (they are pickled by value
 # to the replica processes, see that module).

@@ -29,12 +29,9 @@ sys.path.insert(0, os.path.dirname(__file__))
 # developer's RDMA_TENSOR_MACHINE_ID must not leak in (removed before anything fixes this
 # process's identity, see rdma_tensor.machine, and before any process is spawned).
 os.environ.pop("RDMA_TENSOR_MACHINE_ID", None)
-# A process that stops on a busy machine (the suite keeps both cores busy) can take longer
-# than Monarch's 3 s cleanup deadline; past it, the stop reaches this process as an unhandled
-# failure, which Monarch raises here as a KeyboardInterrupt that crashes the test worker.
-os.environ.setdefault("HYPERACTOR_CLEANUP_TIMEOUT", "30s")
 
 WORLD_SIZE = 16
+CLEANUP_OVERRAN = "cleanup error: deadline has elapsed"
 
 
 @pytest.fixture(autouse=True)
@@ -47,12 +44,15 @@ def _no_forced_transport(monkeypatch: pytest.MonkeyPatch) -> None:
 def _tolerate_deliberate_kills() -> None:
     """Monarch reports a SIGKILLed process to the controller seconds later, possibly after the
     test that killed it, even after the last test; the default hook would then exit pytest
-    with an error. Kills are deliberate here (test_killed_source.py); any other failure still
-    goes to the default hook. Never restored: the report can outlive the session's teardown."""
+    with an error (by raising KeyboardInterrupt in the main thread, which crashes an xdist
+    worker). Kills are deliberate here (test_killed_source.py). So are stops: on a busy
+    machine a mesh being stopped can pass Monarch's 3 s cleanup deadline ("cleanup error:
+    deadline has elapsed"; seen twice in three `-n 2` runs). Any other failure still goes to
+    the default hook. Never restored: the report can outlive the session's teardown."""
     default = monarch.actor.unhandled_fault_hook
 
     def hook(failure: monarch.actor.MeshFailure) -> None:
-        if "Killed(sig=9)" not in str(failure):
+        if not any(m in str(failure) for m in ("Killed(sig=9)", CLEANUP_OVERRAN)):
             default(failure)
 
     monarch.actor.unhandled_fault_hook = hook

@@ -16,10 +16,6 @@ import pytest
 from monarch.actor import MeshFailure, ProcMesh, this_host
 
 os.environ.setdefault("HYPERACTOR_MESH_SUPERVISION_POLL_FREQUENCY", "1s")
-# A process that stops on a busy machine (the suite keeps both cores busy) can take longer
-# than Monarch's 3 s cleanup deadline; past it, the stop reaches this process as an unhandled
-# failure, which Monarch raises here as a KeyboardInterrupt that crashes the test worker.
-os.environ.setdefault("HYPERACTOR_CLEANUP_TIMEOUT", "30s")
 # Every process is on this machine unless a test declares otherwise (test_cross_host.py): a
 # developer's RDMA_TENSOR_MACHINE_ID must not leak in. Removed before anything fixes this
 # process's identity (see rdma_tensor.machine), and so before any process is spawned.
@@ -49,12 +45,15 @@ def procs() -> Iterator[ProcMesh]:
 @pytest.fixture(scope="session", autouse=True)
 def _tolerate_deliberate_kills() -> None:
     """Monarch reports a SIGKILLed process to the controller seconds later, possibly after
-    the test that killed it; the default hook would then exit pytest. Kills are deliberate
-    here (test_killed_publisher); any other failure still goes to the default hook."""
+    the test that killed it; the default hook would then exit pytest (by raising
+    KeyboardInterrupt in the main thread). Kills are deliberate here (test_killed_publisher),
+    and so are stops, which on a busy machine can pass Monarch's 3 s cleanup deadline
+    ("cleanup error: deadline has elapsed"); any other failure still goes to the default
+    hook."""
     default = monarch.actor.unhandled_fault_hook
 
     def hook(failure: MeshFailure) -> None:
-        if "Killed(sig=9)" not in str(failure):
+        if not any(m in str(failure) for m in ("Killed(sig=9)", "cleanup error: deadline")):
             default(failure)
 
     monarch.actor.unhandled_fault_hook = hook

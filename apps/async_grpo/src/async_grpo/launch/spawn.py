@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -139,10 +138,6 @@ async def spawn_components(
     """Starts the hosts and every component on them (the trainer from `restore`, a trainer
     checkpoint directory, when given); `on_replica_event` hears of every service replica
     that dies, comes back or is given up on."""
-    # Inherited by every process started from here: stopping one on a busy machine can take
-    # longer than Monarch's 3 s cleanup deadline, and a stop past it reaches the controller
-    # as an unhandled failure (a KeyboardInterrupt) at the end of a good run.
-    os.environ.setdefault("HYPERACTOR_CLEANUP_TIMEOUT", "30s")
     procs: list[ProcMesh] = []
     started: list[Service[Any]] = []
     hosts = start_hosts(prep.placement, cfg.placement, cfg.out_dir)
