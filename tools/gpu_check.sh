@@ -149,6 +149,10 @@ done
 export MODEL_DIR
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd) || exit 2
 rm -rf "$WORK" && mkdir -p "$WORK" || exit 2
+ALL_PARTS="setup gpu_tests weight_sync app"
+for part in ${GPU_CHECK_PARTS:-$ALL_PARTS}; do
+    [[ " $ALL_PARTS " == *" $part "* ]] || { echo "GPU_CHECK_PARTS: no part '$part' (the parts: $ALL_PARTS)" >&2; exit 2; }
+done
 date +%s.%N > "$WORK/started_unix"
 date +%Y-%m-%dT%H:%M:%S%z > "$WORK/started"
 if "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2> /dev/null; then
@@ -217,7 +221,7 @@ run_part() {
     echo "======== $name: $status after ${seconds} s${reason:+ ($reason)}"
 }
 
-wanted() { [[ " ${GPU_CHECK_PARTS:-setup gpu_tests weight_sync app} " == *" $1 "* ]]; }
+wanted() { [[ " ${GPU_CHECK_PARTS:-$ALL_PARTS} " == *" $1 "* ]]; }
 wanted setup && run_part setup "${GPU_CHECK_SETUP_S:-35}"
 wanted gpu_tests && run_part gpu_tests "${GPU_CHECK_TESTS_S:-70}"
 wanted weight_sync && run_part weight_sync "${GPU_CHECK_SYNC_S:-60}"
