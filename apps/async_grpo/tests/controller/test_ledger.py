@@ -144,6 +144,27 @@ def test_bookkeeping_runs_in_prompt_order() -> None:
     assert done == [0, 1, 2]
 
 
+def test_bookkeeping_waiting_survives_its_call_drawn_again() -> None:
+    # The later call's groups reach the buffer first, their bookkeeping waits for the
+    # earlier call, and the buffer dies: the redrawn call is `recorded`, and the episodes
+    # first generated still enter the window once (they once were lost, not counted).
+    ledger = PromptLedger(seed=0, prompts_per_call=1, batch_groups=None)
+    a, b = claim(ledger), claim(ledger)
+    done: list[int] = []
+    ledger.put(b, b.indices, version=0, incarnation="x")
+    ledger.in_order(b, lambda: done.append(1))
+    assert ledger.lose_buffer() == 1
+    again = claim(ledger)
+    assert again.indices == b.indices
+    assert again.recorded
+    ledger.put(again, again.indices, version=0, incarnation="y")
+    ledger.in_order(again, lambda: done.append(-1))
+    assert done == []  # call 0 is still being generated
+    ledger.put(a, a.indices, version=0, incarnation="y")
+    ledger.in_order(a, lambda: done.append(0))
+    assert done == [0, 1]
+
+
 def test_frozen_hands_out_nothing() -> None:
     ledger = PromptLedger(seed=0, prompts_per_call=1, batch_groups=None)
     ledger.frozen = True

@@ -132,17 +132,28 @@ def test_a_killed_buffer_loses_only_what_it_held(
     cfg = config(tmp_path, tiny_checkpoint)
     started: list[Components] = []
     put = rollout.put_episodes
+    arrived: list[Call] = []
     first: list[Call] = []
-    dead = asyncio.Event()
+    both, dead, redrawn = asyncio.Event(), asyncio.Event(), asyncio.Event()
 
     async def put_then_kill(job: Any, call: Call, *args: Any, **kwargs: Any) -> int:
-        # Batch 3 is two calls. The first one's groups reach the buffer alone (the other's
-        # wait until it is dead), so it cannot have handed batch 3 to the trainer yet and
-        # holds exactly those groups when it is killed.
+        # Batch 3 is two calls. The later prompts' groups reach the buffer alone (the
+        # other call's wait until they are drawn again), so it cannot have handed batch 3
+        # to the trainer yet and holds exactly those groups when it is killed. Their
+        # bookkeeping waits for the earlier call's and must survive their redrawing.
+        if call.recorded:  # batch 3's later prompts, drawn again
+            try:
+                return await put(job, call, *args, **kwargs)
+            finally:
+                redrawn.set()
         if call.version != 3 or dead.is_set():
             return await put(job, call, *args, **kwargs)
-        if first:
-            await dead.wait()
+        arrived.append(call)
+        if len(arrived) == 2:
+            both.set()
+        await both.wait()
+        if call is not max(arrived, key=lambda c: c.indices[0]):
+            await redrawn.wait()
             return await put(job, call, *args, **kwargs)
         first.append(call)
         try:

@@ -202,8 +202,12 @@ class PromptLedger:
         window), in the order of the calls' prompts rather than the order rollouts happen
         to finish: once no call with smaller prompt indices is still being generated. In
         sync mode that makes the window, like everything trained, the same in every run
-        with the same seed. A `recorded` call's bookkeeping is skipped (done before)."""
-        self._after[call.indices[0]] = (lambda: None) if call.recorded else action
+        with the same seed. A `recorded` call's bookkeeping is skipped: its first rollout's
+        is done, or still waiting here under the same key, and must not be replaced."""
+        if call.recorded:
+            self._after.setdefault(call.indices[0], lambda: None)
+        else:
+            self._after[call.indices[0]] = action
         first = min(self._in_flight, default=None)
         for key in sorted(self._after):
             if first is not None and key > first:
