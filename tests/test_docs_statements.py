@@ -16,7 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 WHERE_IT_HAS_RUN = (
-    "Where this has run: Linux x86-64 machines without a GPU, 2 CPU cores each, and once, for "
+    "Where this has run: Linux x86-64 machines without a GPU, 2 CPU cores each, and twice, for "
     "`tools/gpu_check.sh` (its GPU tests, the weight-sync benchmark and a one-minute run of the "
     "app with the HF engine), one NVIDIA H200 (2026-11-27). It has never run on more than one "
     "GPU, with vLLM on a GPU, on more than one machine, or over ibverbs RDMA."
