@@ -20,15 +20,20 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from async_grpo.config.args import apply_overrides
 from async_grpo.config.presets import tiny
-from async_grpo.launch.prepare import prepare
-from async_grpo.observability.console import Summary
-from async_grpo.train import run
+
+if TYPE_CHECKING:
+    from async_grpo.observability.console import Summary
 
 
 def bench(mode: str, steps: int, seed: int, out: Path) -> Summary:
+    # Imported here, not at the top: `--help` answers without the seconds they take.
+    from async_grpo.launch.prepare import prepare  # noqa: PLC0415
+    from async_grpo.train import run  # noqa: PLC0415
+
     cfg = apply_overrides(
         tiny(),
         {"mode": mode, "steps": str(steps), "seed": str(seed), "out_dir": str(out / mode)},

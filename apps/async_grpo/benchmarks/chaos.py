@@ -42,7 +42,6 @@ from collections import Counter
 from pathlib import Path
 
 from async_grpo.config.presets import tiny
-from async_grpo.controller.recovery import episodes_lost_bound
 
 KINDS = ("generator", "reward", "buffer", "trainer")
 BACK = {
@@ -190,6 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     holds = [r["checkpoint_s"] for r in rows(chaos_out) if r["checkpoint_s"] > 0]
     cfg = tiny()
     cfg.checkpoint.every = args.every
+    # Imported here, not at the top: `--help` answers without the seconds they take.
+    from async_grpo.controller.recovery import episodes_lost_bound  # noqa: PLC0415
+
     bound = episodes_lost_bound(cfg, buffer_deaths=kills["buffer"], trainer_deaths=kills["trainer"])
     row = Row(
         kills=kills.total(),

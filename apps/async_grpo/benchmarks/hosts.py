@@ -32,13 +32,15 @@ from typing import Any
 
 from async_grpo.config.placement import PlacementConfig, three_local_hosts
 from async_grpo.config.presets import tiny
-from async_grpo.launch.prepare import prepare
-from async_grpo.train import run
 
 PLACEMENTS = {"one host": PlacementConfig(), "three hosts": three_local_hosts()}
 
 
 def bench(name: str, steps: int, seed: int, out: Path) -> dict[str, Any]:
+    # Imported here, not at the top: `--help` answers without the seconds they take.
+    from async_grpo.launch.prepare import prepare  # noqa: PLC0415
+    from async_grpo.train import run  # noqa: PLC0415
+
     cfg = dataclasses.replace(tiny(), steps=steps, seed=seed, placement=PLACEMENTS[name])
     cfg.out_dir = str(out / f"{name.replace(' ', '-')}-seed{seed}")
     summary = asyncio.run(run(cfg, prepare(cfg), quiet=True))

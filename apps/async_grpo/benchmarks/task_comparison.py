@@ -25,13 +25,14 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from async_grpo.config.args import apply_overrides
 from async_grpo.config.presets import PRESETS
 from async_grpo.config.schema import ConfigError
-from async_grpo.launch.prepare import prepare
-from async_grpo.observability.console import Summary
-from async_grpo.train import run
+
+if TYPE_CHECKING:
+    from async_grpo.observability.console import Summary
 
 TASKS = {"count": "tiny", "repeat": "repeat", "pattern": "pattern"}
 
@@ -75,6 +76,10 @@ def bench(
         "out_dir": str(out / f"{task}-{seed}"),
     }
     cfg = apply_overrides(PRESETS[TASKS[task]](), overrides)
+    # Imported here, not at the top: `--help` answers without the seconds they take.
+    from async_grpo.launch.prepare import prepare  # noqa: PLC0415
+    from async_grpo.train import run  # noqa: PLC0415
+
     return asyncio.run(run(cfg, prepare(cfg), quiet=True))
 
 

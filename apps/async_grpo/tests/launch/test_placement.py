@@ -16,7 +16,8 @@ import types
 from pathlib import Path
 
 import pytest
-from async_grpo.cli.main import main, run_failure
+from async_grpo.cli.main import main
+from async_grpo.cli.training import run_failure
 from async_grpo.config.placement import PlacementConfig, SlurmConfig, three_local_hosts
 from async_grpo.launch.launchers import (
     KubernetesMesh,
