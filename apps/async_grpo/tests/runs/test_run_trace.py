@@ -1,6 +1,8 @@
-"""A real run's trace: every component kind records well-formed spans into trace.json, the
-report's trainer busy share agrees with the trainer idle time the run measured itself, and
-`--trace false` records nothing.
+"""A real run's trace: every component kind records well-formed spans into trace.json, and
+the report's trainer busy share agrees with the trainer idle time the run measured itself.
+The same run logs to W&B in its offline mode (`--metrics.wandb`): the run's W&B directory
+holds every row of metrics.jsonl (read back from its `.wandb` file, no server), the config
+and the report.
 
 Real Monarch processes: two generator replicas, the reward service, the dataset, the
 buffer, the reference model (the KL term is on) and a trainer sharded over two ranks.
@@ -9,6 +11,7 @@ buffer, the reference model (the KL term is on) and a trainer sharded over two r
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 from collections import Counter
 from pathlib import Path
@@ -20,26 +23,45 @@ from async_grpo.launch.prepare import prepare
 from async_grpo.observability.report.build import load_run, summarize, write_report
 from async_grpo.tracing.files import load_trace
 from async_grpo.train import run
+from jobs import rows
 from synthetic_runs import assert_well_formed
+from wandb_files import read_offline_run, run_dirs
 
 pytestmark = pytest.mark.slow  # a whole run (or a whole set of processes)
 
 KINDS = {"controller", "dataset", "generator", "reward", "buffer", "reference", "trainer"}
 
 
-def test_every_component_is_traced(tmp_path: Path) -> None:
-    steps = 8
+STEPS = 8
+HAS_WANDB = importlib.util.find_spec("wandb") is not None
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The run both tests read, logging to W&B offline when `wandb` is installed."""
+    out = tmp_path_factory.mktemp("traced")
     overrides = {
-        "steps": str(steps),
-        "out_dir": str(tmp_path),
+        "steps": str(STEPS),
+        "out_dir": str(out),
         "generator.replicas": "2",
         "trainer.procs": "2",
         "trainer.loss.kl_coef": "0.05",
         "eval_every": "0",
+        "seed": "3",
     }
+    if HAS_WANDB:
+        overrides["metrics.wandb"] = "async-grpo-tests"
     cfg = apply_overrides(tiny(), overrides)
-    summary = asyncio.run(run(cfg, prepare(cfg), quiet=True))
-    assert summary.steps == steps
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("WANDB_MODE", "offline")  # nothing leaves the machine
+        mp.delenv("WANDB_API_KEY", raising=False)
+        summary = asyncio.run(run(cfg, prepare(cfg), quiet=True))
+    assert summary.steps == STEPS
+    return out
+
+
+def test_every_component_is_traced(traced: Path) -> None:
+    tmp_path, steps = traced, STEPS
     data = assert_well_formed(tmp_path / "trace.json")
     assert data["otherData"]["cut_short"] is False
     trace = load_trace(tmp_path / "trace.json")
@@ -79,3 +101,25 @@ def test_every_component_is_traced(tmp_path: Path) -> None:
     assert stats["trainer_busy"] is not None
     assert abs(stats["trainer_busy"] - (1 - last["trainer_idle_frac"])) < 0.1, stats
     assert write_report(tmp_path).exists()
+
+
+@pytest.mark.skipif(
+    not HAS_WANDB,
+    reason="needs the `wandb` package: uv sync --extra wandb (the nox session installs it)",
+)
+def test_an_offline_wandb_run_holds_the_rows_config_and_report(traced: Path) -> None:
+    (run_dir,) = run_dirs(traced)
+    logged = read_offline_run(run_dir)
+    steps = [h for h in logged.history if "reward_window" in h]
+    written = rows(traced)
+    assert [h["version"] for h in steps] == [r["version"] for r in written]
+    assert [r["version"] for r in written] == list(range(1, STEPS + 1))
+    for key in ("reward_window", "loss", "grad_norm", "lr", "entropy", "episodes_trained"):
+        assert [h[key] for h in steps] == pytest.approx([r[key] for r in written]), key
+    assert logged.config["seed"] == 3
+    assert logged.config["trainer"]["batch_size"] == tiny().trainer.batch_size
+    assert logged.config["trainer"]["procs"] == 2
+    # The report of the finished run (its trace included), as `async-grpo report` writes it.
+    assert "Run report" in (traced / "report.html").read_text()
+    (report,) = [h for h in logged.history if "report/path" in h]
+    assert report["report/path"] in logged.files
