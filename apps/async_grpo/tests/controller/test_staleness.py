@@ -108,20 +108,3 @@ def test_a_redo_call_larger_than_the_room_is_split() -> None:
     assert rest is not None
     assert rest.indices == (3,)
     assert led.claim(0, limit=3) is not None  # then new prompts
-
-
-async def test_a_step_sent_behind_the_running_one_counts_too() -> None:
-    # The training loop sends the next step while one trains: both versions count, so
-    # nothing is generated on weights both steps replace; each step's end gives back room.
-    gate, led = StalenessGate(max_policy_age=1, batch_groups=BATCH, trainer=5), ledger()
-    gate.step_started()
-    gate.step_started()
-    assert gate.room(outstanding=0) == 0
-    assert await admitted(gate, led) is None
-    await gate.set(trainer=6)
-    assert gate.stepping == 1
-    assert gate.room(outstanding=0) == BATCH
-    assert await admitted(gate, led) is not None
-    await gate.restart(4)  # a restored trainer: the steps in progress died with the last one
-    assert (gate.trainer, gate.generators, gate.stepping) == (4, 4, 0)
-    assert gate.room(outstanding=0) == 2 * BATCH

@@ -5,44 +5,25 @@ sync through rdma-tensor and the replay-buffer actor.
 """
 
 import asyncio
-import itertools
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
-from async_grpo.actors.trainer import TrainResult
 from async_grpo.config.args import apply_overrides
 from async_grpo.config.presets import tiny
 from async_grpo.launch.prepare import prepare
-from async_grpo.launch.trainer import SentStep, TrainerMesh
 from async_grpo.train import run
 from jobs import unaccounted
 
 pytestmark = pytest.mark.slow  # a whole run (or a whole set of processes)
 
 
-def test_fixed_seed_ci_run_learns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fixed_seed_ci_run_learns(tmp_path: Path) -> None:
     steps = 120
     cfg = apply_overrides(
         tiny(),
         {"steps": str(steps), "seed": "0", "out_dir": str(tmp_path), "max_minutes": "10"},
     )
-    # What the controller tells the trainer, in order: a step sent, a step's result back.
-    told: list[str] = []
-    send, result = TrainerMesh.send_step, TrainerMesh.step_result
-
-    def sending(self: TrainerMesh, *args: Any) -> SentStep:
-        told.append("send")
-        return send(self, *args)
-
-    async def answered(self: TrainerMesh, sent: SentStep) -> TrainResult:
-        done = await result(self, sent)
-        told.append(f"result {done.version}")
-        return done
-
-    monkeypatch.setattr(TrainerMesh, "send_step", sending)
-    monkeypatch.setattr(TrainerMesh, "step_result", answered)
     summary = asyncio.run(run(cfg, prepare(cfg), quiet=True))
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert summary.steps == steps  # finished within the time limit
@@ -59,11 +40,6 @@ def test_fixed_seed_ci_run_learns(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     # keeps what is generated trainable: little goes stale.
     assert [unaccounted(r) for r in rows] == [0] * len(rows)
     assert rows[-1]["episodes_trained"] >= 0.9 * rows[-1]["episodes_generated"], rows[-1]
-    # Every step sent was trained, in order, and the next step was sent while one trained
-    # (two sends in a row) at least once: the trainer did not wait for the controller.
-    assert told.count("send") == steps
-    assert [x for x in told if x != "send"] == [f"result {v}" for v in range(1, steps + 1)]
-    assert any(a == b == "send" for a, b in itertools.pairwise(told)), told
 
 
 def test_sync_mode_trains_only_on_the_current_version(tmp_path: Path) -> None:

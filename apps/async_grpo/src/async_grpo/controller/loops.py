@@ -14,7 +14,6 @@ the trainer dies (`TrainerDied`; `job.py` restores it and runs them again).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any
@@ -29,7 +28,7 @@ from async_grpo.actors.trainer import TrainResult
 from async_grpo.controller.broadcast import sync_weights
 from async_grpo.controller.context import Job
 from async_grpo.controller.rollout import Rollout
-from async_grpo.launch.trainer import SentStep, TrainerDied
+from async_grpo.launch.trainer import TrainerDied
 from async_grpo.observability.metrics import StepRow
 
 RecordStep = Callable[[StepRow, TrainResult, list[int]], None]
@@ -55,68 +54,52 @@ async def rollout_loop(job: Job, rollout: Rollout, warmup: Warmup) -> None:
 async def training_loop(job: Job, warmup: Warmup, record: RecordStep) -> int:
     """Consumes batches of whole groups, none older than `max_policy_age` versions. Waits on
     the warm-up fill once, then on each batch (the next one is asked for while a step
-    trains, and sent to the trainer as soon as it comes, to start the moment that step
-    ends). Unblocks the broadcast loop (a new version), the rollouts waiting at the gate,
+    trains). Unblocks the broadcast loop (a new version), the rollouts waiting at the gate,
     and every `checkpoint.every` steps a checkpoint. Ends after `steps`, `max_minutes`,
     `stop_at_reward` or a stop request, with a checkpoint; returns the last version."""
-    cfg, ledger, stop = job.cfg, job.ledger, job.stop.event
+    cfg, c, ledger, stop = job.cfg, job.components, job.ledger, job.stop.event
     deadline = time.perf_counter() + cfg.max_minutes * 60
     version = job.gate.trainer
-    reached = False  # `stop_at_reward`
-
-    def may_send(after: int) -> bool:
-        """A step may start at version `after`."""
-        done = reached or stop.is_set() or time.perf_counter() >= deadline
-        return after < cfg.steps and not done
-
     with tracing.span("warmup", track="train", wait=True):
         await warmup.wait()
     job.gate.warmup_groups = 0
     next_batch: asyncio.Future[SampledBatch | None] | None = None
-    step: _Step | None = None  # sent to the trainer, not booked yet
-    while step is not None or may_send(version):
-        if step is None:
-            next_batch = next_batch or await _request_batch(job, version)
-            with tracing.span("sample_wait", track="train", wait=True, version=version):
-                batch = await _unless_stopped(next_batch, stop)
-            if batch is None:  # the buffer had none within its wait, or a stop came first
-                next_batch = None if next_batch.done() else next_batch
-                continue
-            step, next_batch = await _send_step(job, batch, version)
-        # Its deadline counts from here: a step sent early waited for the one before it.
-        result = asyncio.ensure_future(job.components.trainer.step_result(step.sent))
-        following: _Step | None = None
+    while version < cfg.steps and time.perf_counter() < deadline and not stop.is_set():
+        next_batch = next_batch or await _request_batch(job, version)
+        with tracing.span("sample_wait", track="train", wait=True, version=version):
+            batch = await _unless_stopped(next_batch, stop)
+        if batch is None:  # the buffer had none within its wait, or a stop came first
+            next_batch = None if next_batch.done() else next_batch
+            continue
+        episodes, groups = _in_group_order(batch.episodes)
+        # Groups taken before their put was booked are counted as generated now.
+        job.metrics.fates.generated += ledger.batch_taken(groups) * cfg.sampling.group_size
+        job.gate.step_started()
+        # The next batch is gathered while this one trains, unless a checkpoint follows:
+        # its cut must not miss a batch on its way.
+        if not job.checkpoints.due(version + 1):
+            next_batch = await _request_batch(job, version + 1)
+        else:
+            next_batch = None
+        ref = None
+        if c.reference is not None:  # the KL term's reference log-probs
+            with tracing.span("reference", track="train"):
+                ref = await c.reference.endpoint(ReferenceModel.logprobs).route(episodes)
         with tracing.span("train_step", track="train", version=version + 1):
-            try:
-                # While the step trains, the next batch (when it comes first) is sent too.
-                while next_batch is not None and may_send(version + 1) and not result.done():
-                    either: set[asyncio.Future[Any]] = {next_batch, result}
-                    await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
-                    if not next_batch.done():
-                        break  # the step ended first
-                    batch = next_batch.result()
-                    if batch is None:  # none within the buffer's wait: ask again
-                        next_batch = await _request_batch(job, version + 1)
-                        continue
-                    following, next_batch = await _send_step(job, batch, version + 1)
-                    break
-                done = await result  # returns with weights staged
-            finally:
-                result.cancel()  # only if the loop itself was cancelled or failed
-        version = done.version
-        ledger.trained(step.groups)
+            result = await c.trainer.train_step(episodes, ref)  # returns with weights staged
+        version = result.version
+        ledger.trained(groups)
         held = ledger.held() * cfg.sampling.group_size
-        row = job.metrics.step_row(done, step.episodes, cfg.sampling.group_size, held)
-        if job.checkpoints.due(version):  # no step follows it (`_send_step`)
+        row = job.metrics.step_row(result, episodes, cfg.sampling.group_size, held)
+        if job.checkpoints.due(version):
             row = job.metrics.held_for_checkpoint(await job.checkpoints.take(job, version))
-        record(row, done, step.groups)
-        job.weights.offer(done.update)
+        record(row, result, groups)
+        job.weights.offer(result.update)
         await job.gate.set(trainer=version)
         if cfg.eval_every and version % cfg.eval_every == 0:
             job.evaluator.request(version)  # in the background
         if 0 < cfg.stop_at_reward <= job.metrics.reward_window() and job.metrics.window_full():
-            reached = True  # a step already sent still trains, and is booked
-        step = following
+            break
     if next_batch is not None:  # a batch on its way is not trained: its prompts go back
         leftover = await next_batch
         ledger.untrained(_in_group_order(leftover.episodes)[1] if leftover else [])
@@ -124,36 +107,6 @@ async def training_loop(job: Job, warmup: Warmup, record: RecordStep) -> int:
         await job.checkpoints.take(job, version)
     await job.checkpoints.finish()
     return version
-
-
-@dataclasses.dataclass(frozen=True)
-class _Step:
-    """A train step sent to the trainer: its batch (in group order) and the groups."""
-
-    episodes: list[Episode]
-    groups: list[int]
-    sent: SentStep
-
-
-async def _send_step(
-    job: Job, batch: SampledBatch, version: int
-) -> tuple[_Step, asyncio.Future[SampledBatch | None] | None]:
-    """Sends the step that starts at `version` on `batch` (its reference log-probs first,
-    when the KL term is on), and asks for the next step's batch, unless a checkpoint
-    follows this step: its cut must not miss a batch on its way, nor a step sent."""
-    c = job.components
-    episodes, groups = _in_group_order(batch.episodes)
-    # Groups taken before their put was booked are counted as generated now.
-    job.metrics.fates.generated += job.ledger.batch_taken(groups) * job.cfg.sampling.group_size
-    job.gate.step_started()
-    next_batch = None
-    if not job.checkpoints.due(version + 1):
-        next_batch = await _request_batch(job, version + 1)
-    ref = None
-    if c.reference is not None:  # the KL term's reference log-probs
-        with tracing.span("reference", track="train"):
-            ref = await c.reference.endpoint(ReferenceModel.logprobs).route(episodes)
-    return _Step(episodes, groups, c.trainer.send_step(episodes, ref)), next_batch
 
 
 async def broadcast_loop(job: Job) -> None:

@@ -4,9 +4,8 @@ condition the rollout loops wait on before they generate.
 A call of prompts brings the trainer's newest weights along (a replica that runs older ones
 pulls them first), so it is sampled from the trainer's newest version t or newer, without
 waiting for the broadcast to reach every replica. Its episodes can be trained by the steps
-that start at versions t to t + `max_policy_age`, one batch each, counting each step in
-progress (sent to the trainer: the training loop sends the next step while one trains) as
-its new version. So a rollout is admitted when:
+that start at versions t to t + `max_policy_age`, one batch each, counting a step in
+progress as its new version. So a rollout is admitted when:
 
 - the admission window has room: at most that many batches of groups are outstanding (in
   flight in a rollout, or held in the buffer); more would wait in the buffer until they were
@@ -35,9 +34,8 @@ class StalenessGate:
         self.batch_groups = batch_groups
         self.trainer = trainer
         self.generators = trainer
-        self.stepping = 0
-        """Train steps sent to the trainer and not yet ended (0, 1, or 2 when the next one
-        waits for the running one): they will make versions `trainer + 1`, ...."""
+        self.stepping = False
+        """A train step is running: it will make version `trainer + 1`."""
         self.warmup_groups = 0
         """Groups the buffer still needs for its warm-up fill (the window is at least that)."""
         self.stopped = False
@@ -47,26 +45,18 @@ class StalenessGate:
         """New versions; a new trainer version also ends the step that made it."""
         async with self._changed:
             if trainer is not None:
-                self.trainer, self.stepping = trainer, max(0, self.stepping - 1)
+                self.trainer, self.stepping = trainer, False
             self.generators = generators if generators is not None else self.generators
             self._changed.notify_all()
 
     def step_started(self) -> None:
-        """A train step was sent: from now on admission counts its version as the trainer's.
+        """A train step began: from now on admission counts its version as the trainer's.
         (It only tightens the condition, so no waiter needs waking.)"""
-        self.stepping += 1
-
-    async def restart(self, version: int) -> None:
-        """Trainer and generators at `version` after a restore; no step is in progress (the
-        ones that were died with the trainer)."""
-        async with self._changed:
-            self.trainer = self.generators = version
-            self.stepping = 0
-            self._changed.notify_all()
+        self.stepping = True
 
     def room(self, outstanding: int) -> int:
         """Groups a new call may take, given `outstanding` groups (in flight or held)."""
-        steps = self.max_policy_age + 1 - self.stepping
+        steps = self.max_policy_age + 1 - int(self.stepping)
         return max(steps * self.batch_groups, self.warmup_groups) - outstanding
 
     async def notify(self) -> None:

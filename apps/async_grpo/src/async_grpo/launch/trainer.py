@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import functools
 import logging
 import os
@@ -73,13 +72,6 @@ def tolerate_trainer_deaths() -> None:
         monarch.actor.unhandled_fault_hook = _hook
 
 
-@dataclasses.dataclass(frozen=True)
-class SentStep:
-    """A train step sent to the ranks (`TrainerMesh.send_step`) and not yet awaited."""
-
-    call: Awaitable[Any]
-
-
 class TrainerMesh:
     """The controller's handle on the trainer's ranks (one or more): every call goes to all
     of them, and their answers are merged into the whole batch's. A call to a trainer whose
@@ -134,19 +126,10 @@ class TrainerMesh:
 
     async def train_step(self, episodes: list[Episode], ref_logprobs: Tensor | None) -> TrainResult:
         """One optimizer step on the batch; returns once its weights are staged."""
-        return await self.step_result(self.send_step(episodes, ref_logprobs))
-
-    def send_step(self, episodes: list[Episode], ref_logprobs: Tensor | None) -> SentStep:
-        """Sends a train step now, without waiting for it: the ranks run their steps in the
-        order they were sent, so a step sent while another runs starts the moment that one
-        ends. `step_result` awaits it."""
-        return SentStep(self.ranks.train_step.call(episodes, ref_logprobs))
-
-    async def step_result(self, sent: SentStep) -> TrainResult:
-        """The result of a step `send_step` sent, merged over the ranks. Its deadline counts
-        from this call: await the steps in the order they were sent."""
         start = time.perf_counter()
-        steps: list[TrainResult] = await self._call("train_step", sent.call, self.step_deadline())
+        steps: list[TrainResult] = await self._call(
+            "train_step", self.ranks.train_step.call(episodes, ref_logprobs), self.step_deadline()
+        )
         took = time.perf_counter() - start
         self._slowest_step = max(self._slowest_step or 0.0, took)
         return TrainResult(
