@@ -1,6 +1,7 @@
 """`tools/gpu_check.sh` refuses a part list it cannot run, at once and with exit status 2:
 a part that does not exist, or parts without `setup` (which installs what they import; a
-device call that ran `app` alone failed in a second on the GPU machine)."""
+device call that ran `app` alone failed in a second on the GPU machine), before it empties
+its scratch directory or writes anything."""
 
 from __future__ import annotations
 
@@ -28,7 +29,11 @@ def check(parts: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     ],
 )
 def test_a_part_list_it_cannot_run_is_refused(parts: str, message: str, tmp_path: Path) -> None:
+    earlier = tmp_path / "work" / "app" / "metrics.jsonl"  # a previous run's scratch
+    earlier.parent.mkdir(parents=True)
+    earlier.write_text("{}\n")
     done = check(parts, tmp_path)
     assert done.returncode == 2, done
     assert message in done.stderr, done.stderr
-    assert not (tmp_path / "out" / "gpu_check.json").exists()
+    assert earlier.read_text() == "{}\n"  # nothing emptied
+    assert not (tmp_path / "out").exists()  # nothing written

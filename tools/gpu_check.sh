@@ -147,8 +147,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 export MODEL_DIR
-mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd) || exit 2
-rm -rf "$WORK" && mkdir -p "$WORK" || exit 2
+# Checked before the scratch directory is emptied: a mistyped list loses no earlier run.
 ALL_PARTS="setup gpu_tests weight_sync app"
 for part in ${GPU_CHECK_PARTS:-$ALL_PARTS}; do
     [[ " $ALL_PARTS " == *" $part "* ]] || { echo "GPU_CHECK_PARTS: no part '$part' (the parts: $ALL_PARTS)" >&2; exit 2; }
@@ -156,6 +155,8 @@ done
 # The other parts import what setup installs: without it they fail in a second, and the
 # device time of the machine's start is spent for nothing.
 [[ " ${GPU_CHECK_PARTS:-$ALL_PARTS} " == *" setup "* ]] || { echo "GPU_CHECK_PARTS: '${GPU_CHECK_PARTS}' has no setup, which installs what the other parts import; add it" >&2; exit 2; }
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd) || exit 2
+rm -rf "$WORK" && mkdir -p "$WORK" || exit 2
 date +%s.%N > "$WORK/started_unix"
 date +%Y-%m-%dT%H:%M:%S%z > "$WORK/started"
 if "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2> /dev/null; then

@@ -42,6 +42,9 @@ def procs() -> Iterator[ProcMesh]:
     procs.stop().get()
 
 
+CLEANUP_OVERRAN = "cleanup error: deadline has elapsed"
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _tolerate_deliberate_kills() -> None:
     """Monarch reports a SIGKILLed process to the controller seconds later, possibly after
@@ -53,7 +56,7 @@ def _tolerate_deliberate_kills() -> None:
     default = monarch.actor.unhandled_fault_hook
 
     def hook(failure: MeshFailure) -> None:
-        if not any(m in str(failure) for m in ("Killed(sig=9)", "cleanup error: deadline")):
+        if not any(m in str(failure) for m in ("Killed(sig=9)", CLEANUP_OVERRAN)):
             default(failure)
 
     monarch.actor.unhandled_fault_hook = hook

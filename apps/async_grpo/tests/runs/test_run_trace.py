@@ -60,11 +60,11 @@ def traced(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def test_every_component_is_traced(traced: Path) -> None:
-    tmp_path, steps = traced, STEPS
-    data = assert_well_formed(tmp_path / "trace.json")
+def test_every_component_is_traced(traced: Path, tmp_path: Path) -> None:
+    steps = STEPS
+    data = assert_well_formed(traced / "trace.json")
     assert data["otherData"]["cut_short"] is False
-    trace = load_trace(tmp_path / "trace.json")
+    trace = load_trace(traced / "trace.json")
     assert all(p.complete and p.status == "ok" for p in trace.processes), trace.processes
     assert {p.kind for p in trace.processes} == KINDS
     names = sorted(p.name for p in trace.processes if p.kind in ("generator", "trainer"))
@@ -96,11 +96,11 @@ def test_every_component_is_traced(traced: Path) -> None:
     assert all(s.args["bytes"] > 0 for s in pulls)
     # Two measurements of one thing: the trace's trainer busy share and the run's own
     # trainer idle time (both from the end of the first step).
-    last = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])
-    stats = summarize(load_run(tmp_path))
+    last = json.loads((traced / "metrics.jsonl").read_text().splitlines()[-1])
+    stats = summarize(load_run(traced))
     assert stats["trainer_busy"] is not None
     assert abs(stats["trainer_busy"] - (1 - last["trainer_idle_frac"])) < 0.1, stats
-    assert write_report(tmp_path).exists()
+    assert write_report(traced, tmp_path / "report.html").exists()  # not the run's own
 
 
 @pytest.mark.skipif(

@@ -29,7 +29,6 @@ process starts. Ctrl-C or SIGTERM ends the run after its current step with a che
 
 from __future__ import annotations
 
-import importlib
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -43,22 +42,37 @@ if TYPE_CHECKING:
     from async_grpo.controller.job import Spawn
 
 
-def _command(module: str) -> Callable[[list[str]], int]:
-    """`module.main`, imported when the subcommand runs (a training run never imports
-    plotly, `--help` none of them)."""
+# Each subcommand's module is imported when it runs: a training run never imports plotly,
+# and `--help` none of them.
+def _report(argv: list[str]) -> int:
+    from async_grpo.observability.report.build import main as report  # noqa: PLC0415
 
-    def command(argv: list[str]) -> int:
-        main: Callable[[list[str]], int] = importlib.import_module(module).main
-        return main(argv)
+    return report(argv)
 
-    return command
+
+def _sweep(argv: list[str]) -> int:
+    from async_grpo.cli.sweep import main as sweep  # noqa: PLC0415
+
+    return sweep(argv)
+
+
+def _export(argv: list[str]) -> int:
+    from async_grpo.cli.export import main as export  # noqa: PLC0415
+
+    return export(argv)
+
+
+def _eval(argv: list[str]) -> int:
+    from async_grpo.cli.evaluate import main as evaluate  # noqa: PLC0415
+
+    return evaluate(argv)
 
 
 SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
-    "report": _command("async_grpo.observability.report.build"),
-    "sweep": _command("async_grpo.cli.sweep"),
-    "export": _command("async_grpo.cli.export"),
-    "eval": _command("async_grpo.cli.evaluate"),
+    "report": _report,
+    "sweep": _sweep,
+    "export": _export,
+    "eval": _eval,
 }
 """`async-grpo NAME ARGS...` runs `SUBCOMMANDS[NAME](ARGS)` instead of a training run; the
 first argument is looked up here before any config parsing."""
