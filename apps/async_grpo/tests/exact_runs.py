@@ -1,6 +1,7 @@
 """Short sync runs compared bit for bit: the options both the full and the LoRA
 fault-tolerance tests start from, what a run trained (per-step metrics and prompts), its
-last checkpoint's trainer state, and a run SIGKILLed whole at a given step.
+last checkpoint's trainer state, a run SIGKILLed whole at a given step, and a resumed run
+whose trainer is SIGKILLed at a given step.
 
 6 sync steps with a checkpoint every 2, so a kill at step 5 costs one step."""
 
@@ -18,11 +19,18 @@ from typing import Any
 
 import pytest
 import torch
+from async_grpo.actors.trainer import TrainResult
+from async_grpo.checkpoint.resume import resume_config
+from async_grpo.cli.training import prepare_start
 from async_grpo.config.args import apply_overrides
 from async_grpo.config.presets import tiny
+from async_grpo.controller.job import StepCallback
 from async_grpo.launch.prepare import prepare
+from async_grpo.launch.spawn import Components
+from async_grpo.observability.console import Summary
+from async_grpo.observability.metrics import StepRow
 from async_grpo.train import run
-from jobs import rows
+from jobs import keeping, rows
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 STEPS, KILL_AT = 6, 5  # checkpoints at 2, 4, 6: the kill costs step 5
@@ -106,3 +114,34 @@ def kill_at_step(opts: dict[str, str], out: Path, step: int) -> None:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def kill_trainer_at(step: int, started: list[Components]) -> StepCallback:
+    """An `on_step` that SIGKILLs the trainer's process once, when `step` is recorded (the
+    components of the run are the first of `started`)."""
+
+    def on_step(row: StepRow, result: TrainResult) -> None:
+        del result
+        if row.version == step and row.trainer_restores == 0:
+            os.kill(started[0].trainer.pid_list[0], signal.SIGKILL)
+
+    return on_step
+
+
+def resume_killing_the_trainer(out: Path, step: int, log: list[str]) -> Summary:
+    """Resumes the newest checkpoint in `out` as `async-grpo --resume --out_dir OUT` does (its
+    config read and checked by `resume_config`, the run prepared by `prepare_start`) and
+    SIGKILLs the resumed run's trainer when `step` is recorded; `log` gets the run's lines."""
+    cfg, path = resume_config("", ["--out_dir", str(out)])
+    start = prepare_start(cfg, path)
+    started: list[Components] = []
+    job = run(
+        cfg,
+        start.prep,
+        resume=start.resume,
+        quiet=True,
+        on_step=kill_trainer_at(step, started),
+        log=log.append,
+        spawn=keeping(started),
+    )
+    return asyncio.run(job)

@@ -4,7 +4,8 @@ refused with one line, exit status 2 and nothing written.
 Real checkpoints written without Monarch (`made_checkpoints`: the trainer's DCP state of a
 `TrainerCore`, the controller's files, the manifest), a real tiny Qwen2 base model, and the
 export loaded back with `AutoModelForCausalLM.from_pretrained`. Exports of checkpoints that
-whole runs wrote: `tests/runs/test_export_eval.py`, `tests/runs/test_export_sharded.py`.
+whole runs wrote: `tests/runs/test_export_eval.py`, `tests/runs/test_fault_tolerance.py` (a
+sharded trainer's).
 """
 
 from __future__ import annotations
