@@ -9,7 +9,7 @@ sources, installed editable.
 
     uv run nox                                   # the default set, as CI runs it
     uv run nox -s "tests(package='replay-buffer')"
-    uv run nox -s typecheck -- rdma-tensor       # mypy on the members named (default: all)
+    uv run nox -s typecheck -- rdma-tensor       # mypy on those named (default: all)
     uv run nox -s "bench(package='rdma-tensor')" -- --quick
     uv run nox -l                                # list every session
 """
@@ -166,29 +166,39 @@ def lint(session: nox.Session) -> None:
     _run(session, bin_dir, "ruff", "format", "--check", ".")
 
 
+# What `typecheck` checks in the workspace's environment besides the members: the code that
+# belongs to none of them.
+WORKSPACE_CHECKED = ["tests", "examples", "noxfile.py", "tools/nox_support.py"]
+
+
 @nox.session
 def typecheck(session: nox.Session) -> None:
     """mypy --strict on each member's src, tests and benchmarks, in that member's own
-    environment (its sources installed editable), two members at a time: one mypy uses one
-    core, and one after the other they took a minute of a 2-core machine at half its CPU.
+    environment (its sources installed editable), and on `WORKSPACE_CHECKED` (named
+    `workspace`) in the whole workspace's; two at a time: one mypy uses one core, and one
+    after the other they left a 2-core machine half idle for a minute and a half.
 
-    `uv run nox -s typecheck -- rdma-tensor` checks the members named."""
-    unknown = sorted(set(session.posargs) - set(MEMBERS))
+    `uv run nox -s typecheck -- rdma-tensor workspace` checks those named."""
+    names = [*MEMBERS, "workspace"]
+    unknown = sorted(set(session.posargs) - set(names))
     if unknown:
-        session.error(f"typecheck: no member {unknown}; the members: {', '.join(MEMBERS)}")
+        session.error(f"typecheck: no member {unknown}; the names: {', '.join(names)}")
     commands = []
-    # The app first: its check is as long as all the others together.
-    for package in sorted(session.posargs or MEMBERS, key=lambda p: p != "async-grpo"):
-        bin_dir = _member_env(session, package)
-        path = MEMBERS[package]
-        targets = [d for d in ("src", "tests", "benchmarks") if any(Path(path, d).rglob("*.py"))]
+    # The app first: its check is the longest.
+    for name in sorted(session.posargs or names, key=lambda p: p != "async-grpo"):
+        if name == "workspace":
+            bin_dir = _env(session, name, "--no-dev", "--no-emit-project", "--all-packages")
+            targets = WORKSPACE_CHECKED
+        else:
+            bin_dir = _member_env(session, name)
+            path = MEMBERS[name]
+            found = [d for d in ("src", "tests", "benchmarks") if any(Path(path, d).rglob("*.py"))]
+            targets = [f"{path}/{d}" for d in found]
         # A cache of its own: two mypys sharing one would each find the other's entries for
         # torch (from another environment) stale and check all of torch again.
-        cache = f".mypy_cache/{package}"
-        commands.append(
-            [str(bin_dir / "mypy"), "--config-file", "pyproject.toml", "--cache-dir", cache]
-            + [f"{path}/{d}" for d in targets]
-        )
+        cache = f".mypy_cache/{name}"
+        mypy = [str(bin_dir / "mypy"), "--config-file", "pyproject.toml", "--cache-dir", cache]
+        commands.append([*mypy, *targets])
     failed = run_together(commands, dict(os.environ), width=2, limit_s=600.0, log=session.log)
     if failed:
         session.error(f"typecheck failed: {'; '.join(failed)}")
@@ -262,10 +272,9 @@ def fast(session: nox.Session) -> None:
 
 @nox.session
 def integration(session: nox.Session) -> None:
-    """Cross-package tests in `tests/` (type-checked first), with the whole workspace installed."""
+    """Cross-package tests in `tests/` (type-checked by `typecheck`), with the whole workspace
+    installed."""
     bin_dir = _env(session, "workspace", "--no-dev", "--no-emit-project", "--all-packages")
-    checked = ["tests", "noxfile.py", "tools/nox_support.py"]
-    _run(session, bin_dir, "mypy", "--config-file", "pyproject.toml", *checked)
     _run(session, bin_dir, "pytest", "tests", *_parallel(None), *session.posargs)
 
 
@@ -276,14 +285,13 @@ EXAMPLE_LIMIT_S = 600.0  # an example still running then is stopped and named
 
 @nox.session
 def examples(session: nox.Session) -> None:
-    """Type-checks `examples/`, then runs every numbered example as its own process, as a
-    reader would: two at a time (each waits on processes of its own much of the time), each
-    one's output shown whole when it ends."""
+    """Runs every numbered example as its own process, as a reader would (`typecheck`
+    checks them): two at a time (each waits on processes of its own much of the time),
+    each one's output shown whole when it ends."""
     bin_dir = _env(session, "workspace", "--no-dev", "--no-emit-project", "--all-packages")
     scripts = sorted((ROOT / "examples").glob("[0-9][0-9]_*.py"))
     if not scripts:
         session.skip("no examples yet")
-    _run(session, bin_dir, "mypy", "--config-file", "pyproject.toml", "examples")
     commands = [
         [str(bin_dir / "python"), str(script.relative_to(ROOT)), *EXAMPLE_ARGS.get(script.name, [])]
         for script in scripts
