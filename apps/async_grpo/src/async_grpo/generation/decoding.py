@@ -9,18 +9,13 @@ so the importance ratio starts at exactly the value the math assumes (1 on-polic
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
+from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from async_grpo.config.schema import SamplingConfig
 from async_grpo.grpo.logprobs import masked_logits
-
-if TYPE_CHECKING:
-    # Types only: importing transformers' model classes costs seconds of CPU, and the
-    # controller, which imports `Completion` from here, never runs a model.
-    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,8 +114,6 @@ def sample(
     attention = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=device)
     positions = (attention.cumsum(-1) - 1).clamp(min=0)
     n = len(rows)
-    from transformers import DynamicCache
-
     cache = DynamicCache()
     done = torch.zeros(n, dtype=torch.bool, device=device)
     out_tokens: list[Tensor] = []
