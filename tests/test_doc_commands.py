@@ -19,18 +19,17 @@ lines ending in `\\` joined to the next:
 - `async-grpo report ...`, `uv run python SCRIPT.py ...` and `uv run python -m MODULE ...`:
   every `--option` quoted must be one the script's `argparse` parser declares (read from its
   source), and the script must exist. The slow test runs `--help` of each such script in a
-  subprocess and checks the options there too.
+  process of its own (forked by `help_runner.py`) and checks the options there too.
 """
 
 from __future__ import annotations
 
 import ast
-import concurrent.futures
 import contextlib
 import functools
 import importlib.util
 import io
-import os
+import json
 import re
 import shlex
 import subprocess
@@ -340,14 +339,13 @@ def test_a_wrong_option_in_a_doc_is_caught() -> None:
     assert [problem(q) for q in right] == [None]
 
 
-def _help_text(quoted: Quoted) -> subprocess.CompletedProcess[str]:
+def _help_args(quoted: Quoted) -> list[str]:
+    """What `python` runs for `quoted`'s `--help`."""
     if quoted.kind == "script":
-        cmd = [sys.executable, quoted.target, "--help"]
-    elif quoted.kind == "report":
-        cmd = [sys.executable, "-m", "async_grpo.cli", "report", "--help"]
-    else:
-        cmd = [sys.executable, "-m", quoted.target, "--help"]
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+        return [quoted.target, "--help"]
+    if quoted.kind == "report":
+        return ["-m", "async_grpo.cli", "report", "--help"]
+    return ["-m", quoted.target, "--help"]
 
 
 def _with_parsers() -> list[Quoted]:
@@ -367,14 +365,28 @@ def _with_parsers() -> list[Quoted]:
     return sorted(merged.values(), key=lambda q: q.target)
 
 
+@dataclass(frozen=True)
+class HelpText:
+    """What `python ARGS --help` printed, and its exit status."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
 @functools.cache
-def _help_texts() -> dict[str, subprocess.CompletedProcess[str]]:
-    """Every script's `--help`, run a few at a time: each one spends seconds importing torch
-    and the like, and one after the other they took about two minutes."""
+def _help_texts() -> dict[str, HelpText]:
+    """Every script's `--help`, each in a process forked by `help_runner.py` after it
+    imported torch and transformers: as fresh processes they spent 80 s of CPU, nearly
+    all of it importing those two again and again."""
     scripts = _with_parsers()
-    with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        done = pool.map(_help_text, scripts)
-        return {q.target: d for q, d in zip(scripts, done, strict=True)}
+    runner = [sys.executable, str(ROOT / "tests" / "help_runner.py")]
+    args = [json.dumps(_help_args(q)) for q in scripts]
+    done = subprocess.run(
+        [*runner, *args], cwd=ROOT, capture_output=True, text=True, timeout=300, check=True
+    )
+    texts = [HelpText(**r) for r in json.loads(done.stdout)]
+    return {q.target: t for q, t in zip(scripts, texts, strict=True)}
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any
 
@@ -80,7 +80,7 @@ def run_apart(session: nox.Session, args: list[str], env: dict[str, str]) -> Non
 
 
 def run_together(
-    commands: list[list[str]],
+    commands: Iterable[list[str]],
     env: dict[str, str],
     *,
     width: int,
@@ -90,15 +90,22 @@ def run_together(
     """Runs `commands`, `width` at a time, in order; each one's output (stdout and stderr
     together) is printed whole when it ends, with its exit status and time (named by its
     arguments: the program is the same for all). A command still running `limit_s` after
-    it started is killed. Returns one line per command that failed or was killed."""
-    pending = list(commands)
+    it started is killed. Returns one line per command that failed or was killed.
+
+    `commands` is read one command at a time, when a place is free: a generator that
+    prepares each command's environment does so while the commands before it run."""
+    pending = iter(commands)
+    more = True
     running: dict[subprocess.Popen[bytes], tuple[str, IO[bytes], float]] = {}
     failed: list[str] = []
     with contextlib.ExitStack() as files:
         try:
-            while pending or running:
-                while pending and len(running) < width:
-                    command = pending.pop(0)
+            while more or running:
+                while more and len(running) < width:
+                    command = next(pending, None)
+                    if command is None:
+                        more = False
+                        break
                     out: IO[bytes] = files.enter_context(tempfile.TemporaryFile())
                     proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
                     running[proc] = (" ".join(command[1:]), out, time.monotonic())
