@@ -36,16 +36,7 @@ from async_grpo.launch.placement import (
 )
 from jobs import refuse_spawn
 from monarch._rust_bindings.monarch_hyperactor.supervision import SupervisionError
-
-RUN = {  # what the tiny preset starts
-    "trainer": Demand(1),
-    "generator": Demand(1),
-    "reward": Demand(1),
-    "env": Demand(0),
-    "buffer": Demand(1),
-    "dataset": Demand(1),
-    "reference": Demand(0),
-}
+from placements import RUN, SLURM
 
 
 def plan(trainer_procs: int = 1, **fields: object) -> PlacementPlan:
@@ -252,20 +243,6 @@ def test_kubernetes_meshes() -> None:
     ]
 
 
-SLURM = PlacementConfig(
-    launcher="slurm",
-    hosts="trainer=2,gen=1",
-    components="trainer=trainer,*=gen",
-    slurm=SlurmConfig(
-        partition="h100",
-        time_limit="02:00:00",
-        gpus_per_node=8,
-        python="/shared/venv/bin/python",
-        sbatch_args="--constraint=ib --nice=10",
-    ),
-)
-
-
 def test_slurm_job_arguments(tmp_path: Path) -> None:
     p = plan_placement(SLURM, {**RUN, "trainer": Demand(16)})
     assert slurm_job_args(p, SLURM, str(tmp_path)) == {
@@ -299,16 +276,15 @@ def test_the_slurm_batch_script(tmp_path: Path) -> None:
         "from monarch.job import SlurmJob\n"
         "from async_grpo.launch.launchers import slurm_job_args\n"
         "from async_grpo.launch.placement import Demand, plan_placement\n"
-        "from test_placement import RUN, SLURM\n"
+        "from placements import RUN, SLURM\n"
         "plan = plan_placement(SLURM, {**RUN, 'trainer': Demand(16)})\n"
         "job = SlurmJob(**slurm_job_args(plan, SLURM, sys.argv[1]))\n"
         "job.apply()\n"
         "job.kill()\n"
     )
     env = {**os.environ, "PATH": f"{tools}{os.pathsep}{os.environ['PATH']}"}
-    here = os.path.dirname(__file__)  # this module, and the test helpers it imports
-    paths = [here, os.path.dirname(here), env.get("PYTHONPATH", "")]
-    env["PYTHONPATH"] = os.pathsep.join(paths)
+    helpers = os.path.dirname(os.path.dirname(__file__))  # `placements`, beside `jobs`
+    env["PYTHONPATH"] = os.pathsep.join([helpers, env.get("PYTHONPATH", "")])
     subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env, check=True, timeout=120)
     script = (tmp_path / "script").read_text().splitlines()
     for directive in [
