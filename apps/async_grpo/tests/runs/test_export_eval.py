@@ -5,6 +5,9 @@ One real run per entry of `RUNS` (module-scoped: every test reads the same run),
 checkpoints written by it, the commands run as the command line runs them. `eval` of the
 run's checkpoint must score exactly what the run recorded for the same weights (the two share
 one code path), and the export must hold exactly the weights the trainer's checkpoint holds.
+
+The full run is the fixed-seed CI run, the default async loop on one host: it must learn
+(`test_the_fixed_seed_ci_run_learns`); sharing it spares the suite a run of its own.
 """
 
 from __future__ import annotations
@@ -30,17 +33,20 @@ from async_grpo.model.lora import add_adapters
 from async_grpo.model.policy import built_checkpoint, load_policy, load_tokenizer
 from async_grpo.observability.console import Summary
 from async_grpo.train import run
+from jobs import unaccounted
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
 pytestmark = pytest.mark.slow  # a whole run (or a whole set of processes)
 
-STEPS = 60
-
 RUNS: dict[str, dict[str, str]] = {
-    "full": {},
+    # The default async loop, fixed seed; its evaluations and checkpoints every 40 steps.
+    "full": {"steps": "120", "seed": "0", "max_minutes": "10", "checkpoint.every": "40"},
     # The README's LoRA settings for the tiny preset: its frozen tied head needs the lower
     # temperature to make one token much likelier than the others.
-    "lora": {"trainer.lora.rank": "8", "trainer.lr": "3e-3", "sampling.temperature": "0.3"},
+    "lora": {
+        **{"steps": "60", "eval_every": "30", "checkpoint.every": "30"},
+        **{"trainer.lora.rank": "8", "trainer.lr": "3e-3", "sampling.temperature": "0.3"},
+    },
 }
 """The runs walked through, by name: overrides of the tiny preset (`--key value` as a dict).
 Every test checks each run; a LoRA run's export is its base with the adapters merged in."""
@@ -68,14 +74,46 @@ class Trained:
         return built_checkpoint(self.out_dir, self.cfg.model.arch, self.cfg.model.init_seed)
 
 
-@pytest.fixture(scope="module", params=sorted(RUNS))
-def trained(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Trained:
-    out = tmp_path_factory.mktemp(f"run-{request.param}")
-    overrides = {"steps": str(STEPS), "eval_every": "30", "checkpoint.every": "30"}
-    cfg = apply_overrides(tiny(), {**overrides, "out_dir": str(out), **RUNS[request.param]})
+def train(name: str, tmp_path_factory: pytest.TempPathFactory) -> Trained:
+    out = tmp_path_factory.mktemp(f"run-{name}")
+    cfg = apply_overrides(tiny(), {**RUNS[name], "out_dir": str(out)})
     summary = asyncio.run(run(cfg, quiet=True))
-    assert summary.steps == STEPS
-    return Trained(cfg, summary, out, RUNS[request.param])
+    assert summary.steps == cfg.steps  # finished within the time limit
+    return Trained(cfg, summary, out, RUNS[name])
+
+
+@pytest.fixture(scope="module")
+def full_run(tmp_path_factory: pytest.TempPathFactory) -> Trained:
+    return train("full", tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def lora_run(tmp_path_factory: pytest.TempPathFactory) -> Trained:
+    return train("lora", tmp_path_factory)
+
+
+@pytest.fixture(scope="module", params=sorted(RUNS))
+def trained(request: pytest.FixtureRequest) -> Trained:
+    run: Trained = request.getfixturevalue(f"{request.param}_run")
+    return run
+
+
+def test_the_fixed_seed_ci_run_learns(full_run: Trained) -> None:
+    cfg, summary = full_run.cfg, full_run.summary
+    rows = [json.loads(line) for line in (full_run.out_dir / "metrics.jsonl").open()]
+    assert rows[-1]["version"] >= cfg.steps
+    assert summary.reward_start <= 0.3
+    assert summary.reward_end - summary.reward_start >= 0.3, summary
+    # The evaluation (every N, 16 samples each, from the initial weights on) rises too: the
+    # policy, not the prompt mix.
+    assert summary.eval_start is not None
+    assert summary.eval_end is not None
+    assert summary.eval_end - summary.eval_start >= 0.3, summary
+    assert all(r["staleness_mean"] <= cfg.buffer.max_policy_age for r in rows)
+    # Every generated episode is accounted for at every step, and the admission window
+    # keeps what is generated trainable: little goes stale.
+    assert [unaccounted(r) for r in rows] == [0] * len(rows)
+    assert rows[-1]["episodes_trained"] >= 0.9 * rows[-1]["episodes_generated"], rows[-1]
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +140,7 @@ def trainer_model(trained: Trained) -> PreTrainedModel:
         model, trained.cfg.trainer, trained.cfg.sampling, vocab_size=12, pad_id=0, total_steps=9
     )
     load_trainer_state(core, checkpoint / disk.TRAINER_DIR, sharded=False)
-    assert core.version == STEPS
+    assert core.version == trained.cfg.steps
     return model
 
 
@@ -115,7 +153,8 @@ def test_eval_scores_what_the_run_recorded(trained: Trained, tmp_path: Path) -> 
     evals = trained.summary.metrics.evals
     first, last = evals[0], evals[-1]
     assert (first.step, first.version) == (0, 0)
-    assert (last.step, last.version) == (STEPS, STEPS)  # the final weights, after the run
+    steps = trained.cfg.steps
+    assert (last.step, last.version) == (steps, steps)  # the final weights, after the run
     after = evaluated([str(trained.out_dir)], tmp_path / "after.json")
     before = evaluated([str(trained.base), *trained.eval_flags], tmp_path / "before.json")
     # The same prompts, seeds, sampling and scoring as the run's own evaluation of the same
@@ -124,10 +163,10 @@ def test_eval_scores_what_the_run_recorded(trained: Trained, tmp_path: Path) -> 
         assert numbers["mean_reward"] == recorded.reward
         assert numbers["exact"] == recorded.exact
         assert [(r["prompt"], r["reward"]) for r in numbers["rows"]] == list(recorded.per_prompt)
-    assert after["version"] == STEPS
+    assert after["version"] == steps
     assert after["mean_reward"] - before["mean_reward"] >= 0.15, (before, after)
     print(
-        f"tiny preset {trained.overrides}, {STEPS} steps: "
+        f"tiny preset {trained.overrides}: "
         f"mean reward {before['mean_reward']:.3f} -> "
         f"{after['mean_reward']:.3f}, pass@1 {before['pass_at']['1']:.3f} -> "
         f"{after['pass_at']['1']:.3f}, pass@16 {before['pass_at']['16']:.3f} -> "
@@ -152,7 +191,7 @@ def test_the_export_holds_the_trainers_weights(trained: Trained, exported: Path)
         assert all(torch.equal(got[n], want[n]) for n in want)
     info = read_export_info(exported)
     assert info is not None
-    assert info.version == STEPS
+    assert info.version == trained.cfg.steps
     assert info.checkpoint == str(disk.complete(trained.out_dir)[-1].resolve())
 
 
@@ -165,7 +204,7 @@ def test_greedy_generations_of_the_export_are_the_trainers(
     prompts = [f"count to {n}:" for n in range(1, 7)]
     # The app's own greedy decoding on the trainer's weights ...
     sampling = dataclasses.replace(trained.cfg.sampling, group_size=1)
-    ours = generate(trainer, tok, prompts, sampling, STEPS, greedy=True)
+    ours = generate(trainer, tok, prompts, sampling, trained.cfg.steps, greedy=True)
     longest = sampling.max_new_tokens
     for prompt, (completion,) in zip(prompts, ours, strict=True):
         ids = tok(prompt, return_tensors="pt", add_special_tokens=False)["input_ids"]
@@ -185,6 +224,6 @@ def test_the_export_scores_as_its_checkpoint(
 ) -> None:
     of_export = evaluated([str(exported), "--samples", "8"], tmp_path / "export.json")
     of_run = evaluated([str(trained.out_dir), "--samples", "8"], tmp_path / "run.json")
-    assert of_export["version"] == of_run["version"] == STEPS
+    assert of_export["version"] == of_run["version"] == trained.cfg.steps
     assert of_export["rows"] == of_run["rows"]
     assert of_export["pass_at"] == of_run["pass_at"]

@@ -35,7 +35,7 @@ def process_env(pid: int) -> dict[str, str]:
 
 @pytest.mark.timeout(400)
 def test_a_run_on_three_hosts_learns(tmp_path: Path) -> None:
-    # The same run as test_learning's one-host run (steps, seed, bounds), placed on three
+    # The same run as test_export_eval's one-host full run (steps, seed, bounds), on three
     # hosts: trainer on a, the generator on b, reward, buffer and dataset on c.
     cfg = tiny()
     cfg.steps, cfg.seed, cfg.out_dir, cfg.max_minutes = 120, 0, str(tmp_path), 10.0
