@@ -16,11 +16,9 @@ sources, installed editable.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -30,6 +28,7 @@ import nox
 
 # tools/ is a folder of scripts, not a package: its nox helpers are imported by path.
 sys.path.insert(0, str(Path(__file__).parent / "tools"))
+from nox_envs import ENVS, MEMBERS, make_env, member_env, run_in, wheel_env
 from nox_support import (
     UV,
     rehearsal_env,
@@ -39,23 +38,6 @@ from nox_support import (
 )
 
 ROOT = Path(__file__).parent
-ENVS = ROOT / ".nox" / "_envs"
-
-# Workspace members: distribution name -> directory.
-MEMBERS = {
-    "replay-buffer": "packages/replay-buffer",
-    "rdma-tensor": "packages/rdma-tensor",
-    "actor-service": "packages/actor-service",
-    "dtensor-reshard": "packages/dtensor-reshard",
-    "rl-envs": "packages/rl-envs",
-    "async-grpo": "apps/async_grpo",
-}
-
-# Extras a member's own sessions install, so its optional features are checked too.
-MEMBER_EXTRAS: dict[str, tuple[str, ...]] = {
-    "rl-envs": ("--extra", "openenv"),
-    "async-grpo": ("--extra", "openenv", "--extra", "wandb"),
-}
 
 nox.options.sessions = [
     "lint",
@@ -89,87 +71,17 @@ def _parallel(member: str | None) -> tuple[str, ...]:
     return ("-n", str(workers), "--dist", "loadfile") if workers else ()
 
 
-def _export(*args: str) -> str:
-    """Pinned requirements from uv.lock (`--frozen`: never re-resolve inside a check)."""
-    cmd = [UV, "export", "--frozen", "--no-hashes", "--no-header", *args]
-    return subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True).stdout
-
-
-def _env(session: nox.Session, name: str, *export_args: str) -> Path:
-    """A virtual environment holding `uv export <export_args>` plus the dev tools.
-
-    Rebuilt only when the requirements (and so the lock) change; the stamp file records the
-    hash of what was installed. Returns the environment's `bin` directory.
-    """
-    requirements = _export(*export_args) + _export("--only-group", "dev", "--no-emit-project")
-    digest = hashlib.sha256(requirements.encode()).hexdigest()
-    env = ENVS / name
-    stamp = env / "requirements.sha256"
-    if not (stamp.exists() and stamp.read_text() == digest):
-        shutil.rmtree(env, ignore_errors=True)
-        session.run(UV, "venv", "--quiet", "--python", sys.executable, str(env))
-        req = env / "requirements.txt"
-        req.write_text(requirements)
-        session.run(
-            UV, "pip", "install", "--quiet", "--python", str(env / "bin" / "python"),
-            "-r", str(req),
-        )  # fmt: skip
-        stamp.write_text(digest)
-    return env / "bin"
-
-
-def _member_env(session: nox.Session, package: str) -> Path:
-    """The member's sources installed editable, with its pinned dependencies."""
-    return _env(session, package, "--package", package, "--no-dev", *MEMBER_EXTRAS.get(package, ()))
-
-
-def _wheel_env(session: nox.Session, package: str) -> Path:
-    """The member and the siblings it declares installed from freshly built wheels."""
-    export = ("--package", package, "--no-dev", "--no-emit-workspace")
-    bin_dir = _env(session, f"wheel-{package}", *export, *MEMBER_EXTRAS.get(package, ()))
-    # Workspace members appear as editable lines in the member's export.
-    dirs = [
-        line.split("/")[-1]
-        for line in _export("--package", package, "--no-dev").splitlines()
-        if line.startswith("-e ")
-    ]
-    siblings = [name for name, path in MEMBERS.items() if Path(path).name in dirs]
-    dist = Path(session.create_tmp()).resolve() / "wheels"
-    shutil.rmtree(dist, ignore_errors=True)
-    for name in siblings:
-        session.run(UV, "build", "--package", name, "--wheel", "--quiet", "-o", str(dist))
-    session.run(
-        UV, "pip", "install", "--quiet", "--reinstall", "--no-deps",
-        "--python", str(bin_dir / "python"), *map(str, sorted(dist.glob("*.whl"))),
-    )  # fmt: skip
-    module = package.replace("-", "_")
-    check = f"import {module}; assert 'site-packages' in {module}.__file__, {module}.__file__"
-    _run(session, bin_dir, "python", "-c", check)
-    return bin_dir
-
-
-def _run(
-    session: nox.Session, bin_dir: Path, tool: str, *args: str, env: dict[str, str] | None = None
-) -> None:
-    env = {
-        **(env or {}),
-        "VIRTUAL_ENV": str(bin_dir.parent),
-        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-    }
-    session.run(str(bin_dir / tool), *args, env=env, external=True)
-
-
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff check and ruff format --check over the whole tree (one configuration)."""
-    bin_dir = _env(session, "lint", "--only-group", "dev", "--no-emit-project")
-    _run(session, bin_dir, "ruff", "check", ".")
-    _run(session, bin_dir, "ruff", "format", "--check", ".")
+    bin_dir = make_env(session, "lint", "--only-group", "dev", "--no-emit-project")
+    run_in(session, bin_dir, "ruff", "check", ".")
+    run_in(session, bin_dir, "ruff", "format", "--check", ".")
 
 
 # What `typecheck` checks in the workspace's environment besides the members: the code that
 # belongs to none of them.
-WORKSPACE_CHECKED = ["tests", "examples", "noxfile.py", "tools/nox_support.py"]
+WORKSPACE_CHECKED = ["tests", "examples", "noxfile.py", "tools/nox_support.py", "tools/nox_envs.py"]
 
 
 @nox.session
@@ -190,10 +102,10 @@ def typecheck(session: nox.Session) -> None:
         # is next, while the checks before it run.
         for name in sorted(session.posargs or names, key=lambda p: p != "async-grpo"):
             if name == "workspace":
-                bin_dir = _env(session, name, "--no-dev", "--no-emit-project", "--all-packages")
+                bin_dir = make_env(session, name, "--no-dev", "--no-emit-project", "--all-packages")
                 targets = WORKSPACE_CHECKED
             else:
-                bin_dir = _member_env(session, name)
+                bin_dir = member_env(session, name)
                 path = MEMBERS[name]
                 dirs = [Path(path, d) for d in ("src", "tests", "benchmarks")]
                 targets = [str(d) for d in dirs if any(d.rglob("*.py"))]
@@ -213,9 +125,9 @@ def typecheck(session: nox.Session) -> None:
 def tests(session: nox.Session, package: str) -> None:
     """One member's tests against its built wheel, with only its declared dependencies."""
     env = _bubblewrap(session) if package in ("rl-envs", "async-grpo") else {}
-    bin_dir = _wheel_env(session, package)
+    bin_dir = wheel_env(session, package)
     tests = f"{MEMBERS[package]}/tests"
-    _run(session, bin_dir, "pytest", tests, *_parallel(package), *session.posargs, env=env)
+    run_in(session, bin_dir, "pytest", tests, *_parallel(package), *session.posargs, env=env)
 
 
 # The libraries' tests, longest first (measured on a clean clone of 2 cores, one at a time:
@@ -227,7 +139,7 @@ LIBRARIES = ["dtensor-reshard", "rdma-tensor", "actor-service", "rl-envs", "repl
 def libraries(session: nox.Session) -> None:
     """Every library's tests (`tests(package=...)` for each member in packages/), two
     libraries at a time, each one's output shown whole when it ends: one after the other
-    they left a 2-core machine idle a fifth of their 300 s (actor-service's and rl-envs'
+    they left a 2-core machine idle a third of their 300 s (actor-service's and rl-envs'
     tests mostly wait on deadlines and processes); together they took 270 s on a clean
     clone. rl-envs' sandbox tests look for sandboxed processes on the whole machine: no
     other library starts a sandbox."""
@@ -237,7 +149,7 @@ def libraries(session: nox.Session) -> None:
     def commands() -> Iterator[list[str]]:
         # Each wheel environment is made when its tests are next, while the ones before run.
         for package in LIBRARIES:
-            bin_dir = _wheel_env(session, package)
+            bin_dir = wheel_env(session, package)
             tests = f"{MEMBERS[package]}/tests"
             yield [str(bin_dir / "pytest"), tests, *_parallel(package), *session.posargs]
 
@@ -268,22 +180,22 @@ def fast(session: nox.Session) -> None:
 
     `uv run nox -s fast` (add `-- -x` to stop at the first failure); the default set runs
     everything, slow tests included."""
-    bin_dir = _env(session, "workspace", "--no-dev", "--no-emit-project", "--all-packages")
-    _run(session, bin_dir, "ruff", "check", ".")
-    _run(session, bin_dir, "ruff", "format", "--check", ".")
+    bin_dir = make_env(session, "workspace", "--no-dev", "--no-emit-project", "--all-packages")
+    run_in(session, bin_dir, "ruff", "check", ".")
+    run_in(session, bin_dir, "ruff", "format", "--check", ".")
     members: list[tuple[str | None, str]] = [*MEMBERS.items(), (None, "")]
     for member, path in members:
         tests = f"{path}/tests" if member else "tests"
         quick = ("-m", "not slow", "-q", *_parallel(member))
-        _run(session, bin_dir, "pytest", tests, *quick, *session.posargs)
+        run_in(session, bin_dir, "pytest", tests, *quick, *session.posargs)
 
 
 @nox.session
 def integration(session: nox.Session) -> None:
     """Cross-package tests in `tests/` (type-checked by `typecheck`), with the whole workspace
     installed."""
-    bin_dir = _env(session, "workspace", "--no-dev", "--no-emit-project", "--all-packages")
-    _run(session, bin_dir, "pytest", "tests", *_parallel(None), *session.posargs)
+    bin_dir = make_env(session, "workspace", "--no-dev", "--no-emit-project", "--all-packages")
+    run_in(session, bin_dir, "pytest", "tests", *_parallel(None), *session.posargs)
 
 
 # Arguments that keep an example CI-sized; every other example runs as a reader would run it.
@@ -296,7 +208,7 @@ def examples(session: nox.Session) -> None:
     """Runs every numbered example as its own process, as a reader would (`typecheck`
     checks them): two at a time (each waits on processes of its own much of the time),
     each one's output shown whole when it ends."""
-    bin_dir = _env(session, "workspace", "--no-dev", "--no-emit-project", "--all-packages")
+    bin_dir = make_env(session, "workspace", "--no-dev", "--no-emit-project", "--all-packages")
     scripts = sorted((ROOT / "examples").glob("[0-9][0-9]_*.py"))
     if not scripts:
         session.skip("no examples yet")
@@ -322,7 +234,7 @@ def browser(session: nox.Session) -> None:
         env = {"DEBIAN_FRONTEND": "noninteractive"}
         session.run("apt-get", "update", "-qq", external=True, env=env)
         session.run("apt-get", "install", "-y", "-qq", "chromium", external=True, env=env)
-    bin_dir = _env(
+    bin_dir = make_env(
         session, "browser", "--no-dev", "--no-emit-project", "--all-packages", "--group", "browser"
     )
     env = {
@@ -371,13 +283,13 @@ def bench(session: nox.Session, package: str) -> None:
 
     Extra arguments go to each script, e.g. `-- --quick` or `-- --json out.json`.
     """
-    bin_dir = _member_env(session, package)
+    bin_dir = member_env(session, package)
     scripts = sorted((ROOT / MEMBERS[package] / "benchmarks").glob("*.py"))
     if not scripts:
         session.skip(f"{package} has no benchmarks yet")
     for script in scripts:
         if not script.name.startswith("_"):
-            _run(session, bin_dir, "python", str(script), *session.posargs)
+            run_in(session, bin_dir, "python", str(script), *session.posargs)
 
 
 @nox.session(name="gpu_rehearsal")
