@@ -9,12 +9,14 @@
     async with svc.session() as s:                     # the same replica, turn after turn
         await s.generate.route(turn)
     svc.add_listener(print)                            # replica died / up / gave_up
+    FaultFilter("mine", expected).install()            # drop failures you expect
     print(svc.status())
     await svc.shutdown()
 
 See the package README for the failure semantics.
 """
 
+from actor_service._faults import FaultFilter
 from actor_service.config import ServiceConfig
 from actor_service.endpoint import ServiceEndpoint, Session, non_idempotent
 from actor_service.errors import (
@@ -36,6 +38,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CallTimeoutError",
+    "FaultFilter",
     "LeastLoaded",
     "NoHealthyReplicaError",
     "ReplicaDiedError",

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import monarch.actor
+from actor_service import FaultFilter
 from monarch._rust_bindings.monarch_hyperactor.supervision import SupervisionError
 from monarch.actor import MeshFailure, ProcMesh, current_rank
 from replay_buffer import Episode
@@ -44,8 +44,6 @@ log = logging.getLogger(__name__)
 TRAINER_MESHES = ("trainer", "logger", "_SPMDActor")
 
 
-_previous: list[Callable[[MeshFailure], None]] = []
-
 # A train step's deadline, when `trainer.step_timeout_s` is 0: the slowest step so far times
 # this, never below the floor; the first step also builds kernels and caches.
 STEP_DEADLINE_FACTOR = 10.0
@@ -58,18 +56,16 @@ class TrainerDied(RuntimeError):
     """A trainer process died (or was found dead); the message is Monarch's reason."""
 
 
-def _hook(failure: MeshFailure) -> None:
-    if failure.mesh_name.startswith(TRAINER_MESHES):
-        log.info("a trainer process failed: %s", failure)
-        return
-    _previous[-1](failure)
+def _trainer_mesh(failure: MeshFailure) -> bool:
+    return failure.mesh_name.startswith(TRAINER_MESHES)
+
+
+_trainer_deaths = FaultFilter("a trainer process failed", _trainer_mesh)
 
 
 def tolerate_trainer_deaths() -> None:
-    """Installs the filter (once per process)."""
-    if monarch.actor.unhandled_fault_hook is not _hook:
-        _previous.append(monarch.actor.unhandled_fault_hook)
-        monarch.actor.unhandled_fault_hook = _hook
+    """Puts the filter in front of the installed hook (again, if another went in front)."""
+    _trainer_deaths.install()
 
 
 class TrainerMesh:
