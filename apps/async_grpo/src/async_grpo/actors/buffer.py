@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+import torch
 from replay_buffer import ReplayBufferActor, ReplayBufferConfig
 
 from async_grpo import tracing
@@ -24,6 +25,7 @@ class BufferActor(ReplayBufferActor):
     round)."""
 
     def __init__(self, config: ReplayBufferConfig) -> None:
+        torch.set_num_threads(1)  # many small processes share the cores
         super().__init__(config)
         tracing.start_from_env("buffer")
 
