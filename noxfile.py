@@ -28,7 +28,16 @@ import nox
 
 # tools/ is a folder of scripts, not a package: its nox helpers are imported by path.
 sys.path.insert(0, str(Path(__file__).parent / "tools"))
-from nox_envs import ENVS, MEMBERS, make_env, member_env, run_in, wheel_env
+from nox_envs import (
+    ENVS,
+    MEMBERS,
+    activated,
+    make_env,
+    member_env,
+    run_in,
+    wheel_env,
+    workspace_env,
+)
 from nox_support import (
     UV,
     rehearsal_env,
@@ -95,14 +104,14 @@ def typecheck(session: nox.Session) -> None:
     names = [*MEMBERS, "workspace"]
     unknown = sorted(set(session.posargs) - set(names))
     if unknown:
-        session.error(f"typecheck: no member {unknown}; the names: {', '.join(names)}")
+        session.error(f"typecheck: nothing named {unknown}; the names: {', '.join(names)}")
 
     def commands() -> Iterator[list[str]]:
         # The app first: its check is the longest. Each environment is made when its check
         # is next, while the checks before it run.
         for name in sorted(session.posargs or names, key=lambda p: p != "async-grpo"):
             if name == "workspace":
-                bin_dir = make_env(session, name, "--no-dev", "--no-emit-project", "--all-packages")
+                bin_dir = workspace_env(session)
                 targets = WORKSPACE_CHECKED
             else:
                 bin_dir = member_env(session, name)
@@ -180,7 +189,7 @@ def fast(session: nox.Session) -> None:
 
     `uv run nox -s fast` (add `-- -x` to stop at the first failure); the default set runs
     everything, slow tests included."""
-    bin_dir = make_env(session, "workspace", "--no-dev", "--no-emit-project", "--all-packages")
+    bin_dir = workspace_env(session)
     run_in(session, bin_dir, "ruff", "check", ".")
     run_in(session, bin_dir, "ruff", "format", "--check", ".")
     members: list[tuple[str | None, str]] = [*MEMBERS.items(), (None, "")]
@@ -194,7 +203,7 @@ def fast(session: nox.Session) -> None:
 def integration(session: nox.Session) -> None:
     """Cross-package tests in `tests/` (type-checked by `typecheck`), with the whole workspace
     installed."""
-    bin_dir = make_env(session, "workspace", "--no-dev", "--no-emit-project", "--all-packages")
+    bin_dir = workspace_env(session)
     run_in(session, bin_dir, "pytest", "tests", *_parallel(None), *session.posargs)
 
 
@@ -208,7 +217,7 @@ def examples(session: nox.Session) -> None:
     """Runs every numbered example as its own process, as a reader would (`typecheck`
     checks them): two at a time (each waits on processes of its own much of the time),
     each one's output shown whole when it ends."""
-    bin_dir = make_env(session, "workspace", "--no-dev", "--no-emit-project", "--all-packages")
+    bin_dir = workspace_env(session)
     scripts = sorted((ROOT / "examples").glob("[0-9][0-9]_*.py"))
     if not scripts:
         session.skip("no examples yet")
@@ -216,8 +225,7 @@ def examples(session: nox.Session) -> None:
         [str(bin_dir / "python"), str(script.relative_to(ROOT)), *EXAMPLE_ARGS.get(script.name, [])]
         for script in scripts
     ]
-    env = {**os.environ, "VIRTUAL_ENV": str(bin_dir.parent)}
-    env["PATH"] = f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
+    env = {**os.environ, **activated(bin_dir)}
     failed = run_together(commands, env, width=2, limit_s=EXAMPLE_LIMIT_S, log=session.log)
     if failed:
         session.error(f"examples failed: {'; '.join(failed)}")
@@ -238,8 +246,7 @@ def browser(session: nox.Session) -> None:
         session, "browser", "--no-dev", "--no-emit-project", "--all-packages", "--group", "browser"
     )
     env = {
-        "VIRTUAL_ENV": str(bin_dir.parent),
-        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        **activated(bin_dir),
         "ASYNC_GRPO_REQUIRE_BROWSER": "1",  # here a missing browser fails instead of skipping
     }
     test = "apps/async_grpo/tests/observability/test_report_browser.py"
@@ -268,8 +275,7 @@ def vllm(session: nox.Session) -> None:
     )  # fmt: skip
     bin_dir = env_dir / "bin"
     env = {
-        "VIRTUAL_ENV": str(env_dir),
-        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        **activated(bin_dir),
         "ASYNC_GRPO_REQUIRE_VLLM": "1",  # here a missing vLLM fails instead of skipping
     }
     pytest = [str(bin_dir / "pytest"), *VLLM_TESTS, *_parallel(None)]

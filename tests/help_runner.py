@@ -8,7 +8,8 @@ them spend importing torch and transformers as fresh processes.
 Prints one JSON list: for each command line, its exit status, stdout and stderr. A child
 starts with the same modules loaded as a fresh interpreter would after `import torch,
 transformers`; its argv, sys.path[0] (the script's directory, or the working directory for
-`-m MODULE`) and file descriptors 1 and 2 are its own.
+`-m MODULE`) and file descriptors 1 and 2 are its own. A child still running
+`CHILD_LIMIT_S` after it started is killed, and its stderr says so.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ import contextlib
 import json
 import os
 import runpy
+import signal
 import sys
 import tempfile
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -28,6 +31,7 @@ import transformers
 import transformers.modeling_utils  # noqa: F401
 
 RUNNING_AT_ONCE = 2
+CHILD_LIMIT_S = 120.0  # a `--help` takes seconds; one still running then is stuck
 
 
 def _run_in_child(args: list[str]) -> None:
@@ -64,7 +68,8 @@ def _start(args: list[str], out: Any, err: Any) -> int:
 def main() -> None:
     commands = [json.loads(a) for a in sys.argv[1:]]
     results: list[dict[str, Any]] = [{} for _ in commands]
-    running: dict[int, tuple[int, Any, Any]] = {}
+    running: dict[int, tuple[int, Any, Any, float]] = {}
+    killed: set[int] = set()
     pending = list(enumerate(commands))
     with contextlib.ExitStack() as files:
         while pending or running:
@@ -72,15 +77,25 @@ def main() -> None:
                 i, args = pending.pop(0)
                 out = files.enter_context(tempfile.TemporaryFile())
                 err = files.enter_context(tempfile.TemporaryFile())
-                running[_start(args, out, err)] = (i, out, err)
-            pid, status = os.wait()
-            i, out, err = running.pop(pid)
+                running[_start(args, out, err)] = (i, out, err, time.monotonic())
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:  # none ended: kill the overdue, look again shortly
+                for child, (*_, started) in running.items():
+                    if child not in killed and time.monotonic() - started > CHILD_LIMIT_S:
+                        os.kill(child, signal.SIGKILL)
+                        killed.add(child)
+                time.sleep(0.02)
+                continue
+            i, out, err, _ = running.pop(pid)
             out.seek(0)
             err.seek(0)
+            stderr = err.read().decode(errors="replace")
+            if pid in killed:
+                stderr += f"\nhelp_runner: killed, still running after {CHILD_LIMIT_S:.0f} s\n"
             results[i] = {
                 "returncode": os.waitstatus_to_exitcode(status),
                 "stdout": out.read().decode(errors="replace"),
-                "stderr": err.read().decode(errors="replace"),
+                "stderr": stderr,
             }
     print(json.dumps(results))
 

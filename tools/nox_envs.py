@@ -63,6 +63,11 @@ def make_env(session: nox.Session, name: str, *export_args: str) -> Path:
     return env / "bin"
 
 
+def workspace_env(session: nox.Session) -> Path:
+    """Every member's sources installed editable, with all their pinned dependencies."""
+    return make_env(session, "workspace", "--no-dev", "--no-emit-project", "--all-packages")
+
+
 def member_env(session: nox.Session, package: str) -> Path:
     """The member's sources installed editable, with its pinned dependencies."""
     return make_env(
@@ -95,12 +100,15 @@ def wheel_env(session: nox.Session, package: str) -> Path:
     return bin_dir
 
 
+def activated(bin_dir: Path) -> dict[str, str]:
+    """The variables that make the environment of `bin_dir` the active one."""
+    path = f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
+    return {"VIRTUAL_ENV": str(bin_dir.parent), "PATH": path}
+
+
 def run_in(
     session: nox.Session, bin_dir: Path, tool: str, *args: str, env: dict[str, str] | None = None
 ) -> None:
-    env = {
-        **(env or {}),
-        "VIRTUAL_ENV": str(bin_dir.parent),
-        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-    }
+    """Runs `tool` of the environment of `bin_dir`, with that environment active."""
+    env = {**(env or {}), **activated(bin_dir)}
     session.run(str(bin_dir / tool), *args, env=env, external=True)

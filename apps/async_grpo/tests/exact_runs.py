@@ -128,6 +128,24 @@ def kill_trainer_at(step: int, started: list[Components]) -> StepCallback:
     return on_step
 
 
+def assert_trainer_restored(lines: list[str], out: Path, killed_at: int) -> None:
+    """The run in `out` (its log `lines`) lost its trainer once, at step `killed_at`, and
+    restored it from the newest complete checkpoint: step 4's, or step 2's when step 4's
+    background write had not finished when the trainer died (a loaded machine); the steps
+    since that checkpoint were trained again."""
+    died = [x for x in lines if x.startswith("[trainer died:")]
+    assert len(died) == 1, lines
+    source = int(died[0].split("restoring it from step-")[1][:6])
+    assert source in (2, 4), died
+    back = [x for x in lines if x.startswith(f"[trainer is back at version {source} after")]
+    assert len(back) == 1, lines
+    redone = killed_at - source
+    assert ("step 5 is" if redone == 1 else "steps 3-5 are") + " trained again" in back[0]
+    last = rows(out)[-1]
+    assert (last["trainer_restores"], last["steps_redone"]) == (1, redone)
+    assert last["restore_s"] > 0
+
+
 def resume_killing_the_trainer(out: Path, step: int, log: list[str]) -> Summary:
     """Resumes the newest checkpoint in `out` as `async-grpo --resume --out_dir OUT` does (its
     config read and checked by `resume_config`, the run prepared by `prepare_start`) and

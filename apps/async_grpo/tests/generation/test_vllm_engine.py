@@ -40,7 +40,7 @@ from async_grpo.model.policy import load_policy, load_tokenizer, write_random_ch
 from async_grpo.observability.metrics import RunMetrics
 from dtensor_reshard import ShardedManifest
 from jobs import Parts
-from monarch.actor import Actor, ProcMesh, endpoint, this_host
+from monarch.actor import Actor, MeshFailure, ProcMesh, endpoint, this_host
 from rdma_tensor import Publisher
 
 if os.environ.get("ASYNC_GRPO_REQUIRE_VLLM") == "1":  # the nox session: fail, never skip
@@ -118,8 +118,12 @@ def _tolerate_deliberate_kills() -> None:
     takes it for Ctrl-C). Every other failure still goes to the default hook, and Monarch
     writes its report to stderr. Never removed: the report can arrive after this module's
     last test, during the next file's in the same worker."""
-    expected = (KILLED, KILLED_UNANSWERED, UNKNOWN_ARCH, CLEANUP_OVERRAN)
-    FaultFilter("deliberate", lambda f: any(m in str(f) for m in expected)).install()
+    FaultFilter("a deliberate kill or stop", _deliberate).install()
+
+
+def _deliberate(failure: MeshFailure) -> bool:
+    text = str(failure)
+    return any(m in text for m in (KILLED, KILLED_UNANSWERED, UNKNOWN_ARCH, CLEANUP_OVERRAN))
 
 
 def vllm_config(kv_cache_gib: float = 0.0625) -> GeneratorConfig:

@@ -94,8 +94,8 @@ def lora_run(tmp_path_factory: pytest.TempPathFactory) -> Trained:
 
 @pytest.fixture(scope="module", params=sorted(RUNS))
 def trained(request: pytest.FixtureRequest) -> Trained:
-    run: Trained = request.getfixturevalue(f"{request.param}_run")
-    return run
+    chosen: Trained = request.getfixturevalue(f"{request.param}_run")
+    return chosen
 
 
 def test_the_fixed_seed_ci_run_learns(full_run: Trained) -> None:

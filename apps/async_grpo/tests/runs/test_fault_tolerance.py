@@ -41,6 +41,7 @@ from exact_runs import (
     KILL_AT,
     STEPS,
     assert_same_state,
+    assert_trainer_restored,
     final_state,
     kill_at_step,
     resume_killing_the_trainer,
@@ -75,20 +76,8 @@ def test_a_sigkilled_run_resumes_exactly_and_so_does_its_killed_trainer(
     assert len(rows(tmp_path)) == KILL_AT  # step 5 was recorded, then everything was lost
     lines: list[str] = []
     resume_killing_the_trainer(tmp_path, KILL_AT, lines)
-    died = [x for x in lines if x.startswith("[trainer died:")]
-    assert len(died) == 1, lines
-    # The newest complete checkpoint: step 4's, unless its background write had not
-    # finished when the trainer died (a loaded machine), then step 2's.
-    source = int(died[0].split("restoring it from step-")[1][:6])
-    assert source in (2, 4), died
-    back = [x for x in lines if x.startswith(f"[trainer is back at version {source} after")]
-    assert len(back) == 1, lines
-    redone = KILL_AT - source
-    assert ("step 5 is" if redone == 1 else "steps 3-5 are") + " trained again" in back[0]
-    last = rows(tmp_path)[-1]
-    assert last["resumes"] == 1
-    assert (last["trainer_restores"], last["steps_redone"]) == (1, redone)
-    assert last["restore_s"] > 0
+    assert_trainer_restored(lines, tmp_path, KILL_AT)
+    assert rows(tmp_path)[-1]["resumes"] == 1
     assert [unaccounted(r) for r in rows(tmp_path)] == [0] * STEPS  # rolled back: lost
     assert trained(tmp_path) == trained(clean)
     assert_same_state(final_state(tmp_path), final_state(clean))

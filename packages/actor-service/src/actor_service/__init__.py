@@ -9,7 +9,7 @@
     async with svc.session() as s:                     # the same replica, turn after turn
         await s.generate.route(turn)
     svc.add_listener(print)                            # replica died / up / gave_up
-    FaultFilter("mine", expected).install()            # drop failures you expect
+    FaultFilter("a kill of mine", expected).install()  # drop failures you expect
     print(svc.status())
     await svc.shutdown()
 

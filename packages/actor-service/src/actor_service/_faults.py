@@ -28,8 +28,9 @@ log = logging.getLogger(__name__)
 
 
 class FaultFilter:
-    """Drops the Monarch failures `drop` says are expected (logged at INFO with `name`) and
-    passes every other one to the hook it was put in front of.
+    """Drops the Monarch failures `drop` says are expected, each logged at INFO as `name`
+    (what such a failure means, e.g. "a trainer process failed") and the failure, and passes
+    every other one to the hook it was put in front of.
 
     `install` may be called any number of times, also after other code put its own filter in
     front of this one: it then goes in front again, and a failure that meets this filter a
@@ -49,7 +50,7 @@ class FaultFilter:
 
     def __call__(self, failure: MeshFailure) -> None:
         if self._drop(failure):
-            log.info("%s: dropped an expected failure: %s", self.name, failure)
+            log.info("%s: %s", self.name, failure)
             return
         visit = getattr(self._visits, "n", 0)
         # The k-th meeting (from 0) is the install k from the newest: go on below that one.
@@ -70,7 +71,7 @@ def _undeliverable_to_a_service(failure: MeshFailure) -> bool:
     return match is not None and any(match.group(1).startswith(p) for p in _prefixes)
 
 
-_services = FaultFilter("actor-service (a message to a dead replica)", _undeliverable_to_a_service)
+_services = FaultFilter("a message to a dead replica", _undeliverable_to_a_service)
 
 
 def watch(prefix: str) -> None:
