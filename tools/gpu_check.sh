@@ -14,7 +14,8 @@
 #                bf16 state dict, CUDA trainer process -> CUDA generator process
 #   app          async-grpo --preset qwen2.5-0.5b --model.random_weights true (or --model
 #                CHECKPOINT_DIR) with the HF engine for about 3 minutes, 1 of them training
-#                (the reference model on the trainer's GPU), GPU memory sampled
+#                (the reference model on the trainer's GPU), a checkpoint every 20 steps, GPU
+#                memory sampled
 # Then OUT_DIR/gpu_check.json (everything), OUT_DIR/<part>.log (each part's log, its last
 # 400 lines) and a short table. Exits 1 if any part failed or timed out.
 #
@@ -98,16 +99,18 @@ part_weight_sync() {
 }
 
 part_app() {
-    local args=(--generator.engine hf --out_dir "$WORK/app" --checkpoint.every 1000000 --log_every 5)
+    # Checkpoints more often than the preset's 100 steps, so that one run writes several
+    # through the same trainer (torch 2.11's stager once served only the first).
+    local args=(--generator.engine hf --out_dir "$WORK/app" --log_every 5)
     if [ "$(cat "$WORK/mode")" = cuda ]; then
         local minutes
         minutes=$(awk -v s="${GPU_CHECK_APP_TRAIN_S:-60}" 'BEGIN { printf "%.3f", s / 60 }')
         # The preset as written (KL on: the reference model shares the trainer's GPU).
-        args+=(--preset qwen2.5-0.5b --steps 1000000 --max_minutes "$minutes")
+        args+=(--preset qwen2.5-0.5b --steps 1000000 --max_minutes "$minutes" --checkpoint.every 20)
         echo "[one GPU: the qwen2.5-0.5b preset, ${GPU_CHECK_APP_TRAIN_S:-60} s of training]" > "$WORK/app.label"
     else
         # KL off on the CPU: the reference model's forward would hold every step there.
-        args+=(--preset qwen2.5-0.5b --device cpu --model.arch tiny --steps 3 --trainer.loss.kl_coef 0)
+        args+=(--preset qwen2.5-0.5b --device cpu --model.arch tiny --steps 3 --trainer.loss.kl_coef 0 --checkpoint.every 1)
         echo "[CPU rehearsal: the qwen2.5-0.5b preset on the CPU, KL off, the model shrunk to tiny]" > "$WORK/app.label"
     fi
     if [ -n "${MODEL_DIR:-}" ]; then args+=(--model "$MODEL_DIR"); else args+=(--model.random_weights true); fi

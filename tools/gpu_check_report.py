@@ -153,6 +153,9 @@ def _app(run_dir: Path, memory: Path, mode: str) -> dict[str, Any] | None:
                 next((r["eval_reward"] for r in rows if r.get("eval_reward") is not None), None)
             ),
             "eval_last": _round(last.get("eval_reward")),
+            # The seconds each checkpoint taken during the run held its step (the final
+            # one, taken after the last row, is not among them).
+            "checkpoint_held_s": [_round(r["checkpoint_s"]) for r in rows if r.get("checkpoint_s")],
         }
         delta = last["reward_window"] - first["reward_window"]
         result["reward_delta"] = _round(delta)
@@ -363,6 +366,9 @@ def _one_line(name: str, p: dict[str, Any]) -> str:
     text += f"(pull {_fmt(spans.get('generator.update_weights'), 1)} ms, publish "
     text += f"{_fmt(spans.get('trainer.publish'), 1)} ms), busy "
     text += " ".join(f"{k} {v:.0%}" for k, v in busy.items() if k in ("trainer", "generator"))
+    held = r.get("checkpoint_held_s") or []
+    text += f", {len(held)} checkpoints during the run"
+    text += f" (held at most {max(held):.2f} s)" if held else ""
     text += f", reward {_fmt(r['reward_first'], 3)} -> {_fmt(r['reward_last'], 3)}"
     return text + (" (moved)" if r["reward_moved"] else " (did not move)")
 

@@ -108,16 +108,10 @@ class CheckpointWriter:
 
     def __init__(self, sharded: bool, *, gpu: bool = False) -> None:
         self._sharded = sharded
+        self._gpu = gpu
         group = dist.new_group(backend="gloo") if sharded else None
         self._group = group if isinstance(group, dist.ProcessGroup) else None
-        self._stager = DefaultStager(
-            StagingOptions(
-                use_pinned_memory=gpu,
-                use_shared_memory=False,
-                use_async_staging=True,
-                use_non_blocking_copy=gpu,
-            )
-        )
+        self._stager: DefaultStager | None = None
         self._staging: concurrent.futures.Future[Any] | None = None
         self._pending: concurrent.futures.Future[Any] | None = None
 
@@ -133,6 +127,20 @@ class CheckpointWriter:
         begin = time.perf_counter()
         if self._pending is not None:
             self._pending.result()  # one write at a time; raises if the last one failed
+        # A stager per checkpoint: torch 2.11's empties its copy table once it has staged
+        # (its `_stage` calls `close`), so a second checkpoint through the same one fails
+        # with "KeyError: <class 'type'>" (seen on the GPU machine, docs/gpu_check.md).
+        # Newer versions could reuse the pinned copy; a fresh stager allocates it again.
+        if self._stager is not None:
+            self._stager.close()
+        self._stager = DefaultStager(
+            StagingOptions(
+                use_pinned_memory=self._gpu,
+                use_shared_memory=False,
+                use_async_staging=True,
+                use_non_blocking_copy=self._gpu,
+            )
+        )
         path.mkdir(parents=True, exist_ok=True)
         saved = async_save(
             _state(core),
