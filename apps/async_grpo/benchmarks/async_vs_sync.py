@@ -9,7 +9,8 @@ waits). Rates are measured from the end of the first train step (start-up exclud
     uv run python apps/async_grpo/benchmarks/async_vs_sync.py --quick --json out.json
 
 `--json PATH` writes rows {"mode", "episodes_per_s", "trainer_idle_frac", "trainer_busy",
-"trained_frac", "final_reward"}.
+"trained_frac", "final_reward", "nice"}. `--nice N` runs both modes with the run option
+`--nice N` (the preset's 10 by default; 0: the other processes at the trainer's priority).
 """
 
 from __future__ import annotations
@@ -29,15 +30,15 @@ if TYPE_CHECKING:
     from async_grpo.observability.console import Summary
 
 
-def bench(mode: str, steps: int, seed: int, out: Path) -> Summary:
+def bench(mode: str, steps: int, seed: int, out: Path, nice: int | None = None) -> Summary:
     # Imported here, not at the top: `--help` answers without the seconds they take.
     from async_grpo.launch.prepare import prepare  # noqa: PLC0415
     from async_grpo.train import run  # noqa: PLC0415
 
-    cfg = apply_overrides(
-        tiny(),
-        {"mode": mode, "steps": str(steps), "seed": str(seed), "out_dir": str(out / mode)},
-    )
+    overrides = {"mode": mode, "steps": str(steps), "seed": str(seed), "out_dir": str(out / mode)}
+    if nice is not None:
+        overrides["nice"] = str(nice)
+    cfg = apply_overrides(tiny(), overrides)
     return asyncio.run(run(cfg, prepare(cfg), quiet=True))
 
 
@@ -53,11 +54,18 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="30 steps per mode")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument(
+        "--nice", type=int, default=None, help="the run's --nice (default: the preset's, 10)"
+    )
     args = parser.parse_args()
     steps = 30 if args.quick else args.steps
-    print(f"tiny preset, {steps} train steps per mode, seed {args.seed}, {os.cpu_count()} CPUs")
+    nice = tiny().nice if args.nice is None else args.nice
+    print(
+        f"tiny preset, {steps} train steps per mode, seed {args.seed}, nice {nice}, "
+        f"{os.cpu_count()} CPUs"
+    )
     with tempfile.TemporaryDirectory() as tmp:
-        results = [bench(mode, steps, args.seed, Path(tmp)) for mode in ("sync", "async")]
+        results = [bench(m, steps, args.seed, Path(tmp), nice) for m in ("sync", "async")]
     rows = [
         {
             "mode": r.mode,
@@ -66,6 +74,7 @@ def main() -> None:
             "trainer_busy": 1.0 - r.trainer_idle_frac,
             "trained_frac": trained_frac(r),
             "final_reward": r.reward_end,
+            "nice": nice,
         }
         for r in results
     ]

@@ -72,6 +72,8 @@ def test_bad_override_names_the_key_and_applies_nothing(key: str, value: str, me
         ({"trainer.lr": "-1e-3"}, "lr must be > 0"),
         ({"trainer.lr": "nan"}, "trainer.lr must be > 0 and finite, got nan"),
         ({"buffer.max_policy_age": "-1"}, "max_policy_age must be >= 0"),
+        ({"nice": "20"}, "nice must be in 0..19 (a Linux nice value), got 20"),
+        ({"nice": "-5"}, "nice must be in 0..19"),
         ({"trainer.batch_size": "100"}, "multiple of sampling.group_size"),
         ({"sampling.top_p": "0"}, "top_p"),
         ({"sampling.top_p": "2"}, "sampling.top_p must be in (0, 1], got 2.0"),

@@ -13,10 +13,10 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-import torch
 from replay_buffer import ReplayBufferActor, ReplayBufferConfig
 
 from async_grpo import tracing
+from async_grpo.actors.cores import share_cores
 
 
 class BufferActor(ReplayBufferActor):
@@ -24,8 +24,8 @@ class BufferActor(ReplayBufferActor):
     waiting for room must not block the `sample_wait` that makes room, nor the other way
     round)."""
 
-    def __init__(self, config: ReplayBufferConfig) -> None:
-        torch.set_num_threads(1)  # many small processes share the cores
+    def __init__(self, config: ReplayBufferConfig, nice: int = 0) -> None:
+        share_cores(nice)
         super().__init__(config)
         tracing.start_from_env("buffer")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from monarch.actor import Actor, endpoint
 
 from async_grpo import tracing
+from async_grpo.actors.cores import lower_priority
 from async_grpo.config.schema import DataConfig
 from async_grpo.tasks.prompts import PromptStream, Sample
 
@@ -14,7 +15,10 @@ class DatasetActor(Actor):
     `samples` (a file or HF dataset) in a shuffled order, reshuffled each epoch. Holds no
     position of its own, so a restarted replica answers exactly as the one it replaces."""
 
-    def __init__(self, cfg: DataConfig, samples: list[Sample] | None, seed: int) -> None:
+    def __init__(
+        self, cfg: DataConfig, samples: list[Sample] | None, seed: int, nice: int = 0
+    ) -> None:
+        lower_priority(nice)
         tracing.start_from_env("dataset")
         self._stream = PromptStream(cfg, samples, seed)
 

@@ -19,6 +19,7 @@ from monarch.actor import Actor, endpoint
 
 from async_grpo import tracing
 from async_grpo.actors._test_hang import maybe_hang
+from async_grpo.actors.cores import share_cores
 from async_grpo.config.schema import GeneratorConfig, LoraConfig, ModelConfig, SamplingConfig
 from async_grpo.generation.decoding import Completion
 from async_grpo.generation.engines import make_engine
@@ -41,10 +42,11 @@ class Generator(Actor):
         *,
         device: str = "auto",
         lora: LoraConfig | None = None,
+        nice: int = 0,
     ) -> None:
-        torch.set_num_threads(1)  # many small processes share the cores
-        tracing.start_from_env("generator")
+        share_cores(nice)
         gen = generator if generator is not None else GeneratorConfig()
+        tracing.start_from_env("generator")
         self._engine = make_engine(
             gen.engine,
             model_path,

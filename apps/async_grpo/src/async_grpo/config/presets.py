@@ -66,6 +66,9 @@ def tiny() -> RunConfig:
         buffer=BufferConfig(max_policy_age=1, capacity=1024),
         steps=800,
         rollout_loops=2,
+        # The trainer is the slowest part on two shared cores: the other processes yield
+        # to it (measured in apps/async_grpo/README.md, "Async vs sync").
+        nice=10,
         window=64,
         eval_every=40,
         max_minutes=20.0,

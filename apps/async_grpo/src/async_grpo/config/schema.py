@@ -333,6 +333,11 @@ class RunConfig:
     """Train steps (each one policy version)."""
     rollout_loops: int = 2
     """Concurrent rollout loops feeding the buffer."""
+    nice: int = 0
+    """Added to the Linux nice value (0-19) of the generator, dataset, reward and buffer
+    processes: where they share CPU cores with the trainer, which is then the loop's
+    slowest part, they yield to it and to the controller instead of preempting them (the
+    tiny preset: 10)."""
     seed: int = 0
     """Seed of the dataset, sampling and trainer."""
     window: int = 64

@@ -62,6 +62,7 @@ def validate(cfg: RunConfig) -> None:
         ("env.turn_discount", 0.0 <= cfg.env.turn_discount <= 1.0, "in [0, 1]"),
         ("env.call_timeout_s", 0 <= cfg.env.call_timeout_s < inf, ">= 0 (0: none)"),
         ("generator.call_timeout_s", 0 <= cfg.generator.call_timeout_s < inf, ">= 0 (0: none)"),
+        ("nice", 0 <= cfg.nice <= 19, "in 0..19 (a Linux nice value)"),
         ("reward.call_timeout_s", 0 <= cfg.reward.call_timeout_s < inf, ">= 0 (0: none)"),
         ("checkpoint.every", cfg.checkpoint.every >= 1, ">= 1 (train steps between checkpoints)"),
         ("checkpoint.keep", cfg.checkpoint.keep >= 1, ">= 1"),

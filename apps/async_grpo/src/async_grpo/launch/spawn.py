@@ -164,6 +164,7 @@ async def spawn_components(
                 cfg.data,
                 prep.samples,
                 cfg.seed,
+                cfg.nice,
             ),
             service(
                 "buffer",
@@ -179,6 +180,7 @@ async def spawn_components(
                     endpoint_timeouts=(("sample_wait", BUFFER_SAMPLE_TIMEOUT_S),),
                 ),
                 buffer_config(cfg),
+                cfg.nice,
             ),
             service(
                 "generator",
@@ -198,12 +200,14 @@ async def spawn_components(
                 cfg.generator,
                 device=prep.devices.generator_device,
                 lora=cfg.trainer.lora,
+                nice=cfg.nice,
             ),
             service(
                 "reward",
                 RewardActor,
                 service_config("reward", cfg.reward.replicas, cfg, prep, cfg.reward.call_timeout_s),
                 cfg.reward.fns,
+                cfg.nice,
             ),
             service(
                 "reference",

@@ -1,0 +1,68 @@
+"""`actors.cores`: a process that yields its cores to the trainer. Each case runs in a child
+process, since a priority lowered cannot be raised again without privileges."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+CHILD = textwrap.dedent(
+    """
+    import json, os, sys, threading
+    from pathlib import Path
+    from async_grpo.actors.cores import lower_priority
+
+    def nice_of_every_thread():
+        nice = set()
+        for t in Path("/proc/self/task").iterdir():
+            try:
+                nice.add(os.getpriority(os.PRIO_PROCESS, int(t.name)))
+            except ProcessLookupError:
+                pass  # a thread that just ended
+        return sorted(nice)
+
+    started = threading.Event()
+    before = threading.Thread(target=started.wait, daemon=True)  # running before the call
+    before.start()
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    changed = lower_priority(int(sys.argv[1]))
+    seen = {}
+    after = threading.Thread(target=lambda: seen.update(n=os.getpriority(os.PRIO_PROCESS, 0)))
+    after.start(); after.join()
+    print(json.dumps({"base": base, "changed": changed, "threads": nice_of_every_thread(),
+                      "new_thread": seen["n"]}))
+    started.set()
+    """
+)
+
+
+def child(nice: int) -> dict[str, object]:
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, str(nice)], capture_output=True, text=True, check=True
+    )
+    result: dict[str, object] = json.loads(out.stdout)
+    return result
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="nice per thread: Linux")
+def test_every_thread_and_every_later_one_yields() -> None:
+    got = child(5)
+    base = got["base"]
+    assert isinstance(base, int)
+    changed = got["changed"]
+    assert isinstance(changed, int)
+    assert changed >= 2  # the main thread, the one already running (and torch's, if any)
+    assert got["threads"] == [base + 5]  # every thread's nice, as a set
+    assert got["new_thread"] == base + 5
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="nice per thread: Linux")
+def test_it_stops_at_19_and_zero_changes_nothing() -> None:
+    assert child(40)["threads"] == [19]
+    got = child(0)
+    assert got["changed"] == 0
+    assert got["threads"] == [got["base"]]
