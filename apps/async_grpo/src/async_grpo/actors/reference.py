@@ -8,6 +8,7 @@ from monarch.actor import Actor, endpoint
 from replay_buffer import Episode
 
 from async_grpo import tracing
+from async_grpo.actors.cores import share_cores
 from async_grpo.config.schema import SamplingConfig
 from async_grpo.grpo.batching import pack, sequence_logprobs
 from async_grpo.model.policy import load_policy, load_tokenizer, torch_device, torch_dtype
@@ -23,7 +24,7 @@ class ReferenceModel(Actor):
         dtype: str = "float32",
         device: str = "auto",
     ) -> None:
-        torch.set_num_threads(1)
+        share_cores()  # at the run's own priority: the loop waits on this process
         tracing.start_from_env("reference")
         self._device = torch_device(device)
         # In the policy's dtype, on the trainer's GPU (`launch/devices.py`): on a CPU, a

@@ -27,6 +27,7 @@ from torch import Tensor
 
 from async_grpo import tracing
 from async_grpo.actors._test_hang import maybe_hang
+from async_grpo.actors.cores import share_cores
 from async_grpo.checkpoint.trainer_state import CheckpointWriter, load_trainer_state
 from async_grpo.config.schema import SamplingConfig, TrainerConfig
 from async_grpo.grpo.loss import LossStats
@@ -77,7 +78,7 @@ class Trainer(Actor):
         restore: str | None = None,
         device: str = "auto",
     ) -> None:
-        torch.set_num_threads(1)
+        share_cores()  # at the run's own priority: the loop waits on this process
         torch.manual_seed(seed)
         model = load_policy(model_path, torch.float32)
         sharded = cfg.procs > 1
