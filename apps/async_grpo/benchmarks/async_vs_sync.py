@@ -58,6 +58,8 @@ def main() -> None:
         "--nice", type=int, default=None, help="the run's --nice (default: the preset's, 10)"
     )
     args = parser.parse_args()
+    if args.nice is not None and not 0 <= args.nice <= 19:
+        parser.error(f"--nice must be in 0..19 (a Linux nice value), got {args.nice}")
     steps = 30 if args.quick else args.steps
     nice = tiny().nice if args.nice is None else args.nice
     print(
