@@ -35,6 +35,8 @@ def test_the_window_is_the_batches_an_episode_can_still_reach() -> None:
     assert gate.room(outstanding=0) == 2 * BATCH
     gate.step_started()  # the step making version 6 counts as the trainer's version
     assert gate.room(outstanding=0) == BATCH
+    gate.step_started()  # a step queued behind it (version 7): nothing can reach a step now
+    assert gate.room(outstanding=0) == 0
     assert StalenessGate(max_policy_age=3, batch_groups=BATCH).room(0) == 4 * BATCH
     gate.warmup_groups = 3 * BATCH  # a warm-up fill asks for more than the window
     assert gate.room(outstanding=BATCH) == 2 * BATCH
@@ -60,6 +62,28 @@ async def test_admission_stops_at_the_window_and_reopens_as_the_trainer_moves() 
     nxt = await admitted(gate, led)
     assert nxt is not None
     assert nxt.indices == (8, 9, 10)
+
+
+async def test_a_queued_step_closes_the_window_until_the_first_step_answers() -> None:
+    # Trainer at 0; step 0 -> 1 computes, step 1 -> 2 is queued behind it with its batch.
+    # A call now would run version 0 and could only be trained from version 2 on: too stale.
+    gate, led = StalenessGate(max_policy_age=1, batch_groups=BATCH), ledger(per_call=4)
+    gate.step_started()
+    gate.step_started()
+    assert gate.steps_sent == 2
+    assert await admitted(gate, led) is None
+    # Step 0 -> 1 answers: one step in flight, room for the batch its successor trains on.
+    await gate.step_ended(1)
+    assert (gate.trainer, gate.steps_sent) == (1, 1)
+    call = await admitted(gate, led)
+    assert call is not None
+    assert len(call.indices) == BATCH
+    await gate.step_ended(2)
+    assert (gate.trainer, gate.steps_sent) == (2, 0)
+    # A restore sets the trainer's version with nothing in flight.
+    gate.step_started()
+    await gate.set(trainer=0, generators=0)
+    assert gate.steps_sent == 0
 
 
 async def test_a_sync_step_never_generates_on_the_weights_it_replaces() -> None:

@@ -22,6 +22,7 @@ from replay_buffer.sampling import (
 )
 from replay_buffer.stats import BufferStats
 from replay_buffer.warmup import Warmup
+from replay_buffer.wire import EpisodeBatch
 
 if TYPE_CHECKING:
     from replay_buffer.actor import BufferSnapshot, ReplayBufferActor
@@ -32,6 +33,7 @@ __all__ = [
     "BufferSnapshot",
     "BufferStats",
     "Episode",
+    "EpisodeBatch",
     "FifoSampling",
     "GroupId",
     "PrioritizedSampling",

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from replay_buffer.episode import Episode
+from replay_buffer.wire import pack, unpack
 
 
 @dataclass(frozen=True, eq=False)
@@ -17,6 +19,8 @@ class SampledBatch:
             entirely in one shard, its members next to each other.
         curr_policy_version: the version passed to `sample`; each episode's age is
             `curr_policy_version - episode.policy_version`, at most `max_policy_age`.
+
+    It pickles as one columnar record of all its episodes (`wire.py`).
     """
 
     shards: tuple[tuple[Episode, ...], ...]
@@ -33,3 +37,15 @@ class SampledBatch:
 
     def __len__(self) -> int:
         return sum(len(shard) for shard in self.shards)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        sizes = [len(shard) for shard in self.shards]
+        return (_rebuild, (pack(self.episodes), sizes, self.curr_policy_version))
+
+
+def _rebuild(packed: tuple[Any, ...], sizes: list[int], version: int) -> SampledBatch:
+    episodes, shards, start = unpack(packed), [], 0
+    for size in sizes:
+        shards.append(episodes[start : start + size])
+        start += size
+    return SampledBatch(tuple(shards), version)

@@ -3,6 +3,8 @@ policy's dtype on the trainer's GPU when it has one."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from monarch.actor import Actor, endpoint
 from replay_buffer import Episode
@@ -35,7 +37,7 @@ class ReferenceModel(Actor):
         self._sampling = sampling
 
     @endpoint
-    async def logprobs(self, episodes: list[Episode]) -> torch.Tensor:
+    async def logprobs(self, episodes: Sequence[Episode]) -> torch.Tensor:
         """[B, T] the reference log-prob of every response token of `episodes`, laid out as
         `batching.pack` lays out the same episodes (0 on padding)."""
         batch = pack(episodes, self._pad).to(self._device)

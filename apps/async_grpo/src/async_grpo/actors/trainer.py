@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -125,7 +126,9 @@ class Trainer(Actor):
         return self._publisher.publish(self._core.version)
 
     @endpoint
-    async def train_step(self, episodes: list[Episode], ref_logprobs: Tensor | None) -> TrainResult:
+    async def train_step(
+        self, episodes: Sequence[Episode], ref_logprobs: Tensor | None
+    ) -> TrainResult:
         """One step on this rank's share of the batch, then the new version staged."""
         maybe_hang("trainer", "train_step")
         start = time.perf_counter()

@@ -46,7 +46,7 @@ def tiny() -> RunConfig:
         # One generator process and one trainer process, a core each on the 2-core machine
         # this preset is sized for (measured: a second replica there only contends with the
         # trainer, 1054 vs 1202 trained episodes/s); raise it on a bigger machine.
-        generator=GeneratorConfig(replicas=1, prompts_per_call=4),
+        generator=GeneratorConfig(replicas=1, prompts_per_call=8),
         reward=RewardConfig(fns="count"),
         # Measured in apps/async_grpo/README.md ("Why these settings"): without the entropy
         # bonus the policy turns deterministic (entropy ~0.01 nats/token) before it can tell

@@ -14,12 +14,13 @@ the trainer dies (`TrainerDied`; `job.py` restores it and runs them again).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any
 
 from actor_service import NoHealthyReplicaError
-from replay_buffer import Episode, SampledBatch, Warmup
+from replay_buffer import Episode, EpisodeBatch, SampledBatch, Warmup
 
 from async_grpo import tracing
 from async_grpo.actors.buffer import BufferActor
@@ -54,52 +55,70 @@ async def rollout_loop(job: Job, rollout: Rollout, warmup: Warmup) -> None:
 async def training_loop(job: Job, warmup: Warmup, record: RecordStep) -> int:
     """Consumes batches of whole groups, none older than `max_policy_age` versions. Waits on
     the warm-up fill once, then on each batch (the next one is asked for while a step
-    trains). Unblocks the broadcast loop (a new version), the rollouts waiting at the gate,
-    and every `checkpoint.every` steps a checkpoint. Ends after `steps`, `max_minutes`,
-    `stop_at_reward` or a stop request, with a checkpoint; returns the last version."""
-    cfg, c, ledger, stop = job.cfg, job.components, job.ledger, job.stop.event
+    trains; in async mode, when it comes first, it is sent to queue behind the step, so the
+    trainer goes on without waiting for the controller). Unblocks the broadcast loop (a new
+    version), the rollouts waiting at the gate, and every `checkpoint.every` steps a
+    checkpoint. Ends after `steps`, `max_minutes`, `stop_at_reward` or a stop request, with
+    a checkpoint; returns the last version."""
+    cfg, ledger, stop = job.cfg, job.ledger, job.stop.event
     deadline = time.perf_counter() + cfg.max_minutes * 60
     version = job.gate.trainer
+    reached = False  # `stop_at_reward`
+
+    def may_start(v: int) -> bool:
+        return (
+            v < cfg.steps and time.perf_counter() < deadline and not stop.is_set() and not reached
+        )
+
     with tracing.span("warmup", track="train", wait=True):
         await warmup.wait()
     job.gate.warmup_groups = 0
     next_batch: asyncio.Future[SampledBatch | None] | None = None
-    while version < cfg.steps and time.perf_counter() < deadline and not stop.is_set():
-        next_batch = next_batch or await _request_batch(job, version)
-        with tracing.span("sample_wait", track="train", wait=True, version=version):
-            batch = await _unless_stopped(next_batch, stop)
-        if batch is None:  # the buffer had none within its wait, or a stop came first
-            next_batch = None if next_batch.done() else next_batch
-            continue
-        episodes, groups = _in_group_order(batch.episodes)
-        # Groups taken before their put was booked are counted as generated now.
-        job.metrics.fates.generated += ledger.batch_taken(groups) * cfg.sampling.group_size
-        job.gate.step_started()
-        # The next batch is gathered while this one trains, unless a checkpoint follows:
-        # its cut must not miss a batch on its way.
-        if not job.checkpoints.due(version + 1):
-            next_batch = await _request_batch(job, version + 1)
-        else:
-            next_batch = None
-        ref = None
-        if c.reference is not None:  # the KL term's reference log-probs
-            with tracing.span("reference", track="train"):
-                ref = await c.reference.endpoint(ReferenceModel.logprobs).route(episodes)
-        with tracing.span("train_step", track="train", version=version + 1):
-            result = await c.trainer.train_step(episodes, ref)  # returns with weights staged
-        version = result.version
-        ledger.trained(groups)
-        held = ledger.held() * cfg.sampling.group_size
-        row = job.metrics.step_row(result, episodes, cfg.sampling.group_size, held)
-        if job.checkpoints.due(version):
-            row = job.metrics.held_for_checkpoint(await job.checkpoints.take(job, version))
-        record(row, result, groups)
-        job.weights.offer(result.update)
-        await job.gate.set(trainer=version)
-        if cfg.eval_every and version % cfg.eval_every == 0:
-            job.evaluator.request(version)  # in the background
-        if 0 < cfg.stop_at_reward <= job.metrics.reward_window() and job.metrics.window_full():
-            break
+    step: SentStep | None = None  # sent to the trainer, not answered yet
+    queued: SentStep | None = None  # sent behind it
+    try:
+        while step is not None or may_start(version):
+            if step is None:
+                next_batch = next_batch or await _request_batch(job, version)
+                with tracing.span("sample_wait", track="train", wait=True, version=version):
+                    batch = await _unless_stopped(next_batch, stop)
+                next_batch = None if next_batch.done() else next_batch
+                if batch is None:  # the buffer had none within its wait, or a stop came first
+                    continue
+                step = await _send_step(job, batch)
+            # The next batch is gathered while this step trains, unless a checkpoint follows:
+            # its cut must not miss a batch on its way.
+            if (
+                next_batch is None
+                and may_start(version + 1)
+                and not job.checkpoints.due(version + 1)
+            ):
+                next_batch = await _request_batch(job, version + 1)
+            if next_batch is not None and cfg.effective_max_policy_age > 0:
+                await asyncio.wait({next_batch, step.answer}, return_when=asyncio.FIRST_COMPLETED)
+                if next_batch.done() and may_start(version + 1):
+                    batch, next_batch = next_batch.result(), None
+                    queued = await _send_step(job, batch) if batch is not None else None
+            with tracing.span("train_step", track="train", version=version + 1):
+                result = await job.components.trainer.finish_step(step.answer)
+            version = result.version
+            ledger.trained(step.groups)
+            held = ledger.held() * cfg.sampling.group_size
+            row = job.metrics.step_row(result, step.episodes, cfg.sampling.group_size, held)
+            if job.checkpoints.due(version):
+                row = job.metrics.held_for_checkpoint(await job.checkpoints.take(job, version))
+            record(row, result, step.groups)
+            job.weights.offer(result.update)
+            await job.gate.step_ended(version)
+            if cfg.eval_every and version % cfg.eval_every == 0:
+                job.evaluator.request(version)  # in the background
+            if 0 < cfg.stop_at_reward <= job.metrics.reward_window() and job.metrics.window_full():
+                reached = True
+            step, queued = queued, None
+    finally:
+        for sent in (step, queued):  # unanswered only when the loop failed: nobody waits
+            if sent is not None and not sent.answer.cancel():
+                sent.answer.exception()  # already failed with the trainer: seen
     if next_batch is not None:  # a batch on its way is not trained: its prompts go back
         leftover = await next_batch
         ledger.untrained(_in_group_order(leftover.episodes)[1] if leftover else [])
@@ -107,6 +126,30 @@ async def training_loop(job: Job, warmup: Warmup, record: RecordStep) -> int:
         await job.checkpoints.take(job, version)
     await job.checkpoints.finish()
     return version
+
+
+@dataclasses.dataclass(frozen=True)
+class SentStep:
+    """A train step sent to the trainer: its batch (in group order), the batch's group ids,
+    and its answer to come."""
+
+    episodes: EpisodeBatch
+    groups: list[int]
+    answer: asyncio.Future[Any]
+
+
+async def _send_step(job: Job, batch: SampledBatch) -> SentStep:
+    """Sends a step on `batch` to the trainer (with the reference log-probs when the loss
+    has a KL term); the trainer starts it once the steps sent before it are done."""
+    episodes, groups = _in_group_order(batch.episodes)
+    # Groups taken before their put was booked are counted as generated now.
+    job.metrics.fates.generated += job.ledger.batch_taken(groups) * job.cfg.sampling.group_size
+    job.gate.step_started()
+    ref = None
+    if job.components.reference is not None:
+        with tracing.span("reference", track="train"):
+            ref = await job.components.reference.endpoint(ReferenceModel.logprobs).route(episodes)
+    return SentStep(episodes, groups, job.components.trainer.start_step(episodes, ref))
 
 
 async def broadcast_loop(job: Job) -> None:
@@ -192,10 +235,11 @@ async def _unless_stopped(
     return batch.result() if batch.done() else None
 
 
-def _in_group_order(episodes: tuple[Episode, ...]) -> tuple[list[Episode], list[int]]:
+def _in_group_order(episodes: tuple[Episode, ...]) -> tuple[EpisodeBatch, list[int]]:
     """The batch ordered by group id (a stable sort keeps each group's order), and its
-    group ids: the same batch in every run, whichever group arrived first."""
-    ordered = sorted(episodes, key=_group)
+    group ids: the same batch in every run, whichever group arrived first. (An
+    `EpisodeBatch` crosses to the trainer as one columnar message.)"""
+    ordered = EpisodeBatch(sorted(episodes, key=_group))
     return ordered, sorted({_group(e) for e in episodes})
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
-from replay_buffer import Episode
+from replay_buffer import Episode, EpisodeBatch
 
 from async_grpo import tracing
 from async_grpo.actors.buffer import BufferActor
@@ -145,7 +145,8 @@ async def put_episodes(
     incarnation = ""
     if episodes:
         with tracing.span("put", track="rollout", episodes=len(episodes)):
-            incarnation = await job.components.buffer.endpoint(BufferActor.put).route(episodes)
+            put = job.components.buffer.endpoint(BufferActor.put)
+            incarnation = await put.route(EpisodeBatch(episodes))
     version = min((e.policy_version for e in episodes), default=0)
     # Groups a buffer took just before it died are lost with it (and drawn again).
     # Counted with the put's booking, not before its wait for room: a row in between sees

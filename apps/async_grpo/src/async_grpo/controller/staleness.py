@@ -4,8 +4,9 @@ condition the rollout loops wait on before they generate.
 A call of prompts brings the trainer's newest weights along (a replica that runs older ones
 pulls them first), so it is sampled from the trainer's newest version t or newer, without
 waiting for the broadcast to reach every replica. Its episodes can be trained by the steps
-that start at versions t to t + `max_policy_age`, one batch each, counting a step in
-progress as its new version. So a rollout is admitted when:
+that start at versions t to t + `max_policy_age`, one batch each, counting each step sent
+to the trainer (computing, or queued behind the one computing) as its new version. So a
+rollout is admitted when:
 
 - the admission window has room: at most that many batches of groups are outstanding (in
   flight in a rollout, or held in the buffer); more would wait in the buffer until they were
@@ -34,29 +35,36 @@ class StalenessGate:
         self.batch_groups = batch_groups
         self.trainer = trainer
         self.generators = trainer
-        self.stepping = False
-        """A train step is running: it will make version `trainer + 1`."""
+        self.steps_sent = 0
+        """Train steps sent and not answered: the newest will make version
+        `trainer + steps_sent`."""
         self.warmup_groups = 0
         """Groups the buffer still needs for its warm-up fill (the window is at least that)."""
         self.stopped = False
         self._changed = asyncio.Condition()
 
     async def set(self, *, trainer: int | None = None, generators: int | None = None) -> None:
-        """New versions; a new trainer version also ends the step that made it."""
+        """New versions; a trainer version set here has no step in flight (a restore)."""
         async with self._changed:
             if trainer is not None:
-                self.trainer, self.stepping = trainer, False
+                self.trainer, self.steps_sent = trainer, 0
             self.generators = generators if generators is not None else self.generators
             self._changed.notify_all()
 
     def step_started(self) -> None:
-        """A train step began: from now on admission counts its version as the trainer's.
-        (It only tightens the condition, so no waiter needs waking.)"""
-        self.stepping = True
+        """A train step was sent: from now on admission counts its version as the
+        trainer's. (It only tightens the condition, so no waiter needs waking.)"""
+        self.steps_sent += 1
+
+    async def step_ended(self, version: int) -> None:
+        """The oldest step sent answered: the trainer holds `version`."""
+        async with self._changed:
+            self.trainer, self.steps_sent = version, max(0, self.steps_sent - 1)
+            self._changed.notify_all()
 
     def room(self, outstanding: int) -> int:
         """Groups a new call may take, given `outstanding` groups (in flight or held)."""
-        steps = self.max_policy_age + 1 - int(self.stepping)
+        steps = self.max_policy_age + 1 - self.steps_sent
         return max(steps * self.batch_groups, self.warmup_groups) - outstanding
 
     async def notify(self) -> None:
@@ -83,7 +91,7 @@ class StalenessGate:
         def ready() -> Call | bool:
             if self.stopped:
                 return True
-            if self.stepping and self.max_policy_age == 0:
+            if self.steps_sent and self.max_policy_age == 0:
                 return False
             # Sync mode's ledger hands out one batch per version: that is its window.
             limit = None if ledger.sync else self.room(ledger.outstanding())

@@ -18,7 +18,7 @@ import functools
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -120,12 +120,24 @@ class TrainerMesh:
         call = self.ranks.publish_initial.call()
         return merge(await self._call("publish_initial", call, self._cfg.call_timeout_s))
 
-    async def train_step(self, episodes: list[Episode], ref_logprobs: Tensor | None) -> TrainResult:
+    async def train_step(
+        self, episodes: Sequence[Episode], ref_logprobs: Tensor | None
+    ) -> TrainResult:
         """One optimizer step on the batch; returns once its weights are staged."""
+        return await self.finish_step(self.start_step(episodes, ref_logprobs))
+
+    def start_step(
+        self, episodes: Sequence[Episode], ref_logprobs: Tensor | None
+    ) -> asyncio.Future[Any]:
+        """Sends one optimizer step on the batch now; the trainer runs it after the steps
+        sent before it. `finish_step` waits for its answer."""
+        return asyncio.ensure_future(self.ranks.train_step.call(episodes, ref_logprobs))
+
+    async def finish_step(self, sent: asyncio.Future[Any]) -> TrainResult:
+        """The answer to a step `start_step` sent, once its weights are staged. Its deadline
+        counts from this call: call it when the steps sent before it have answered."""
         start = time.perf_counter()
-        steps: list[TrainResult] = await self._call(
-            "train_step", self.ranks.train_step.call(episodes, ref_logprobs), self.step_deadline()
-        )
+        steps: list[TrainResult] = await self._call("train_step", sent, self.step_deadline())
         took = time.perf_counter() - start
         self._slowest_step = max(self._slowest_step or 0.0, took)
         return TrainResult(
