@@ -183,10 +183,27 @@ def test_a_call_restricted_keeps_its_seed_and_tasks_in_step() -> None:
 
 
 def test_lost_episode_bound_by_hand() -> None:
-    cfg = tiny()  # batch 128, capacity 1024, 2 loops x 4 prompts x 16 samples in flight
+    cfg = tiny()  # batch 128, capacity 1024, 2 loops x 8 prompts x 16 samples in flight
     cfg.checkpoint.every = 50
-    held = 1024 + 2 * 4 * 16
+    held = 1024 + 2 * 8 * 16
     assert episodes_lost_bound(cfg, buffer_deaths=1, trainer_deaths=0) == held
     # A trainer death: up to 99 steps' batches since the newest complete checkpoint.
     assert episodes_lost_bound(cfg, buffer_deaths=0, trainer_deaths=1) == 99 * 128 + held
     assert episodes_lost_bound(cfg, buffer_deaths=3, trainer_deaths=2) == 5 * held + 2 * 99 * 128
+
+
+def test_a_batch_taken_and_not_trained_yet_still_counts_as_held() -> None:
+    # Async mode queues the next step's batch at the trainer while a step computes: its
+    # groups left the buffer but are not trained, and a step's row must still count them.
+    ledger = PromptLedger(seed=0, prompts_per_call=2, batch_groups=None)
+    a, b = claim(ledger), claim(ledger)
+    ledger.put(a, a.indices, version=0, incarnation="b")
+    ledger.put(b, b.indices, version=0, incarnation="b")
+    assert (ledger.held(), ledger.outstanding()) == (4, 4)
+    ledger.batch_taken([0, 1])  # the step computing
+    ledger.batch_taken([2, 3])  # the step queued behind it
+    assert (ledger.held(), ledger.outstanding()) == (4, 0)
+    ledger.trained([0, 1])
+    assert ledger.held() == 2
+    ledger.trained([2, 3])
+    assert ledger.held() == 0

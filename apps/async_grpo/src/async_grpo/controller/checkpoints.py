@@ -101,6 +101,11 @@ class Checkpoints:
         self._writing = asyncio.create_task(self._write(job, self._partial, state, snap.state))
         return time.perf_counter() - begin
 
+    @property
+    def writing(self) -> bool:
+        """A checkpoint taken is still being written (not complete yet)."""
+        return self._writing is not None and not self._writing.done()
+
     async def finish(self) -> None:
         """Returns once the checkpoint being written (if any) is complete or has failed."""
         if self._writing is not None:

@@ -133,8 +133,9 @@ class PromptLedger:
         return flying + len(self._held)
 
     def held(self) -> int:
-        """Groups in the buffer (or on their way to the trainer in a batch)."""
-        return len(self._held)
+        """Groups in the buffer, or taken in a batch and not trained yet (on their way to the
+        trainer, or queued there behind the step it is computing)."""
+        return len(self._held) + len(self._taken)
 
     def claim(
         self, generators: int, draw: Draw | None = None, limit: int | None = None

@@ -94,7 +94,11 @@ async def training_loop(job: Job, warmup: Warmup, record: RecordStep) -> int:
                 and not job.checkpoints.due(version + 1)
             ):
                 next_batch = await _request_batch(job, version + 1)
-            if next_batch is not None and cfg.effective_max_policy_age > 0:
+            # Queued behind this step in async mode; not while a checkpoint is written: the
+            # trainer confirms the write between two steps (`saved`), which a step queued
+            # right behind another would starve.
+            queue = cfg.effective_max_policy_age > 0 and not job.checkpoints.writing
+            if next_batch is not None and queue:
                 await asyncio.wait({next_batch, step.answer}, return_when=asyncio.FIRST_COMPLETED)
                 if next_batch.done() and may_start(version + 1):
                     batch, next_batch = next_batch.result(), None
@@ -117,7 +121,7 @@ async def training_loop(job: Job, warmup: Warmup, record: RecordStep) -> int:
             step, queued = queued, None
     finally:
         for sent in (step, queued):  # unanswered only when the loop failed: nobody waits
-            if sent is not None and not sent.answer.cancel():
+            if sent is not None and not sent.answer.cancel() and not sent.answer.cancelled():
                 sent.answer.exception()  # already failed with the trainer: seen
     if next_batch is not None:  # a batch on its way is not trained: its prompts go back
         leftover = await next_batch

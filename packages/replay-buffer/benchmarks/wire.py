@@ -1,0 +1,112 @@
+"""Sending a batch of episodes to another process: a plain list against `EpisodeBatch`.
+
+Run from the repository root:
+
+    uv run python packages/replay-buffer/benchmarks/wire.py          # 64, 128, 1024 episodes
+    uv run python packages/replay-buffer/benchmarks/wire.py --quick  # 128 only, fewer rounds
+    uv run python packages/replay-buffer/benchmarks/wire.py --json rows.json
+
+What it times, in this process: `pickle.dumps` (the sender's cost) and `pickle.loads` (the
+receiver's) of the same episodes as a list (each episode pickled on its own) and as one
+`EpisodeBatch` (one columnar record), best of 5 rounds of CPU time. A Monarch message
+pickles its arguments the same way, so these are the two ends of every `put` and every
+batch a trainer receives. Episodes have a 16-token prompt and 8 to 39 response tokens; a
+third of them carry a `loss_mask`. The ratio printed is list time / batch time, both
+measured in this run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pickle
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from replay_buffer import Episode, EpisodeBatch
+
+
+@dataclass(frozen=True)
+class Row:
+    episodes: int
+    form: str
+    dumps_ms: float
+    loads_ms: float
+    bytes: int
+
+
+def _episodes(n: int) -> list[Episode]:
+    out = []
+    for i in range(n):
+        r = 8 + i % 32
+        out.append(
+            Episode(
+                prompt_ids=torch.randint(0, 1000, (16,)),
+                response_ids=torch.randint(0, 1000, (r,)),
+                behavior_logprobs=-torch.rand(r),
+                reward=float(i % 2),
+                advantage=0.5 - i % 2,
+                policy_version=i // 64,
+                group_id=i // 16,
+                loss_mask=(torch.arange(r) % 4 != 0) if i % 3 == 0 else None,
+            )
+        )
+    return out
+
+
+def _cpu_ms(fn: Callable[[], Any], rounds: int, reps: int) -> float:
+    best = float("inf")
+    for _ in range(rounds):
+        start = time.process_time()
+        for _ in range(reps):
+            fn()
+        best = min(best, (time.process_time() - start) / reps)
+    return best * 1e3
+
+
+def measure(n: int, rounds: int) -> list[Row]:
+    episodes = _episodes(n)
+    reps = max(1, 4096 // n)
+    rows = []
+    for form, obj in (("list", episodes), ("EpisodeBatch", EpisodeBatch(episodes))):
+        data = pickle.dumps(obj)
+        rows.append(
+            Row(
+                episodes=n,
+                form=form,
+                dumps_ms=_cpu_ms(lambda o=obj: pickle.dumps(o), rounds, reps),
+                loads_ms=_cpu_ms(lambda d=data: pickle.loads(d), rounds, reps),
+                bytes=len(data),
+            )
+        )
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="128 episodes only, 2 rounds")
+    parser.add_argument("--json", help="write the rows here")
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    sizes = [128] if args.quick else [64, 128, 1024]
+    rows = [row for n in sizes for row in measure(n, 2 if args.quick else 5)]
+    print(f"{'episodes':>8}  {'form':<12}  {'dumps ms':>9}  {'loads ms':>9}  {'bytes':>9}")
+    for row in rows:
+        print(
+            f"{row.episodes:>8}  {row.form:<12}  {row.dumps_ms:>9.3f}  {row.loads_ms:>9.3f}  "
+            f"{row.bytes:>9}"
+        )
+    for n in sizes:
+        plain, batch = (r for r in rows if r.episodes == n)
+        dumps, loads = plain.dumps_ms / batch.dumps_ms, plain.loads_ms / batch.loads_ms
+        print(f"{n} episodes: list / EpisodeBatch CPU time, dumps {dumps:.2f}x, loads {loads:.2f}x")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump([asdict(r) for r in rows], f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
