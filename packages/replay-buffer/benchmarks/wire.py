@@ -18,6 +18,7 @@ measured in this run.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import pickle
 import time
@@ -71,14 +72,18 @@ def measure(n: int, rounds: int) -> list[Row]:
     episodes = _episodes(n)
     reps = max(1, 4096 // n)
     rows = []
-    for form, obj in (("list", episodes), ("EpisodeBatch", EpisodeBatch(episodes))):
+    forms: tuple[tuple[str, object], ...] = (
+        ("list", episodes),
+        ("EpisodeBatch", EpisodeBatch(episodes)),
+    )
+    for form, obj in forms:
         data = pickle.dumps(obj)
         rows.append(
             Row(
                 episodes=n,
                 form=form,
-                dumps_ms=_cpu_ms(lambda o=obj: pickle.dumps(o), rounds, reps),
-                loads_ms=_cpu_ms(lambda d=data: pickle.loads(d), rounds, reps),
+                dumps_ms=_cpu_ms(functools.partial(pickle.dumps, obj), rounds, reps),
+                loads_ms=_cpu_ms(functools.partial(pickle.loads, data), rounds, reps),
                 bytes=len(data),
             )
         )
