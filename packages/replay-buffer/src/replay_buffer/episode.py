@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -142,26 +143,30 @@ def _rebuild(tensors: tuple[bytes | torch.Tensor, ...], rest: dict[str, Any]) ->
     prompt_ids, response_ids, behavior_logprobs = tensors
     mask = rest.pop("loss_mask", None)
     advantages = rest.pop("token_advantages", None)
-    return trusted_episode(
-        prompt_ids=_from_bytes(prompt_ids, torch.long),
-        response_ids=_from_bytes(response_ids, torch.long),
-        behavior_logprobs=_from_bytes(behavior_logprobs, torch.float32),
-        loss_mask=None if mask is None else _from_bytes(mask, torch.bool),
-        token_advantages=None if advantages is None else _from_bytes(advantages, torch.float32),
+    values = {
+        "prompt_ids": _from_bytes(prompt_ids, torch.long),
+        "response_ids": _from_bytes(response_ids, torch.long),
+        "behavior_logprobs": _from_bytes(behavior_logprobs, torch.float32),
+        "loss_mask": None if mask is None else _from_bytes(mask, torch.bool),
+        "token_advantages": (
+            None if advantages is None else _from_bytes(advantages, torch.float32)
+        ),
         **rest,
-    )
+    }
+    return trusted_episode([values[name] for name in FIELDS])
 
 
 FIELDS = tuple(f.name for f in fields(Episode))
 """Every field of `Episode`, in order."""
 
 
-def trusted_episode(**values: Any) -> Episode:
-    """An `Episode` of `values` (every field, by name) without the checks: only for the
-    fields of an episode that was checked when it was built, as they come out of a pickle."""
+def trusted_episode(values: Sequence[Any]) -> Episode:
+    """An `Episode` of `values` (every field, in `FIELDS` order) without the checks: only
+    for the fields of an episode that was checked when it was built, as they come out of a
+    pickle."""
     episode = object.__new__(Episode)
-    for name in FIELDS:
-        object.__setattr__(episode, name, values[name])
+    for name, value in zip(FIELDS, values, strict=True):
+        object.__setattr__(episode, name, value)
     return episode
 
 

@@ -19,7 +19,7 @@ from typing import Any, overload
 
 import torch
 
-from replay_buffer.episode import FIELDS, Episode, cpu_bytes
+from replay_buffer.episode import FIELDS, Episode, cpu_bytes, trusted_episode
 
 _COLUMNS: tuple[tuple[str, torch.dtype], ...] = (
     ("prompt_ids", torch.long),
@@ -116,14 +116,8 @@ def unpack(packed: tuple[Any, ...]) -> tuple[Episode, ...]:
         fields[name] = [next(parts) if h else None for h in has]
     fields.update(scalars)
     columns_in_order = [fields[name] for name in FIELDS]
-    new, assign = object.__new__, object.__setattr__
-    episodes = []
-    for values in zip(*columns_in_order, strict=True):
-        episode = new(Episode)  # checked where it was built (module docstring)
-        for name, value in zip(FIELDS, values, strict=True):
-            assign(episode, name, value)
-        episodes.append(episode)
-    return tuple(episodes)
+    # Checked where they were built (module docstring).
+    return tuple(trusted_episode(values) for values in zip(*columns_in_order, strict=True))
 
 
 def _unpack_batch(packed: tuple[Any, ...]) -> EpisodeBatch:
