@@ -29,6 +29,7 @@ import nox
 # tools/ is a folder of scripts, not a package: its nox helpers are imported by path.
 sys.path.insert(0, str(Path(__file__).parent / "tools"))
 from nox_envs import (
+    COMPILE,
     ENVS,
     MEMBERS,
     activated,
@@ -270,7 +271,7 @@ def vllm(session: nox.Session) -> None:
     `typecheck` checks it without vLLM installed.)"""
     env_dir = ENVS / "vllm"
     session.run(
-        UV, "sync", "--frozen", "--quiet", "--extra", "vllm", "--python", sys.executable,
+        UV, "sync", "--frozen", "--quiet", *COMPILE, "--extra", "vllm", "--python", sys.executable,
         env={"UV_PROJECT_ENVIRONMENT": str(env_dir)}, external=True,
     )  # fmt: skip
     bin_dir = env_dir / "bin"
