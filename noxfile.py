@@ -76,9 +76,12 @@ WORKERS = {"async-grpo": 3, "actor-service": 4, "rl-envs": 0}
 
 
 def _parallel(member: str | None) -> tuple[str, ...]:
-    """pytest-xdist's options for `member`'s tests (None: any other tests, two at a time)."""
+    """pytest's options for `member`'s tests (None: any other tests, two at a time): its
+    pytest-xdist workers, and the ten slowest tests listed at the end, so the log shows
+    where a session's time goes."""
     workers = WORKERS.get(member or "", 2)
-    return ("-n", str(workers), "--dist", "loadfile") if workers else ()
+    spread = ("-n", str(workers), "--dist", "loadfile") if workers else ()
+    return (*spread, "--durations=10")
 
 
 @nox.session

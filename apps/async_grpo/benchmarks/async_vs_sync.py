@@ -8,9 +8,16 @@ waits). Rates are measured from the end of the first train step (start-up exclud
     uv run python apps/async_grpo/benchmarks/async_vs_sync.py            # 120 steps each
     uv run python apps/async_grpo/benchmarks/async_vs_sync.py --quick --json out.json
 
+`--rounds N` runs each mode N times, alternating the order (sync then async, async then
+sync, ...), and pools each mode's runs: on a shared machine whose speed drifts over minutes
+one pair can read anywhere from 1.3x to 2.1x (measured, 2-core VM), and alternating cancels
+a steady drift. A mode's episodes/s is then the harmonic mean of its runs' (they train the
+same number of episodes), the other columns the mean.
+
 `--json PATH` writes rows {"mode", "episodes_per_s", "trainer_idle_frac", "trainer_busy",
-"trained_frac", "final_reward", "nice"}. `--nice N` runs both modes with the run option
-`--nice N` (the preset's 10 by default; 0: the other processes at the trainer's priority).
+"trained_frac", "final_reward", "nice", "runs_episodes_per_s"}. `--nice N` runs both modes
+with the run option `--nice N` (the preset's 10 by default; 0: the other processes at the
+trainer's priority).
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import argparse
 import asyncio
 import json
 import os
+import statistics
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -35,7 +43,7 @@ def bench(mode: str, steps: int, seed: int, out: Path, nice: int | None = None) 
     from async_grpo.launch.prepare import prepare  # noqa: PLC0415
     from async_grpo.train import run  # noqa: PLC0415
 
-    overrides = {"mode": mode, "steps": str(steps), "seed": str(seed), "out_dir": str(out / mode)}
+    overrides = {"mode": mode, "steps": str(steps), "seed": str(seed), "out_dir": str(out)}
     if nice is not None:
         overrides["nice"] = str(nice)
     cfg = apply_overrides(tiny(), overrides)
@@ -55,44 +63,66 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="30 steps per mode")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument(
+        "--rounds", type=int, default=1, help="runs per mode, in alternating order (default 1)"
+    )
+    parser.add_argument(
         "--nice", type=int, default=None, help="the run's --nice (default: the preset's, 10)"
     )
     args = parser.parse_args()
     if args.nice is not None and not 0 <= args.nice <= 19:
         parser.error(f"--nice must be in 0..19 (a Linux nice value), got {args.nice}")
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
     steps = 30 if args.quick else args.steps
     nice = tiny().nice if args.nice is None else args.nice
     print(
-        f"tiny preset, {steps} train steps per mode, seed {args.seed}, nice {nice}, "
-        f"{os.cpu_count()} CPUs"
+        f"tiny preset, {steps} train steps per run, {args.rounds} run(s) per mode, "
+        f"seed {args.seed}, nice {nice}, {os.cpu_count()} CPUs"
     )
+    runs: dict[str, list[Summary]] = {"sync": [], "async": []}
     with tempfile.TemporaryDirectory() as tmp:
-        results = [bench(m, steps, args.seed, Path(tmp), nice) for m in ("sync", "async")]
-    rows = [
-        {
-            "mode": r.mode,
-            "episodes_per_s": r.episodes_per_s,
-            "trainer_idle_frac": r.trainer_idle_frac,
-            "trainer_busy": 1.0 - r.trainer_idle_frac,
-            "trained_frac": trained_frac(r),
-            "final_reward": r.reward_end,
-            "nice": nice,
-        }
-        for r in results
-    ]
+        for i in range(args.rounds):
+            for mode in ("sync", "async") if i % 2 == 0 else ("async", "sync"):
+                out = Path(tmp) / f"{mode}-{i}"
+                runs[mode].append(bench(mode, steps, args.seed, out, nice))
     print(
-        f"{'mode':6} {'episodes/s':>11} {'trainer idle':>13} {'trained/generated':>18} "
-        f"{'final reward':>13} {'wall s':>7}"
+        f"{'mode':6} {'round':>5} {'episodes/s':>11} {'trainer idle':>13} "
+        f"{'trained/generated':>18} {'final reward':>13} {'wall s':>7}"
     )
-    for r in results:
-        print(
-            f"{r.mode:6} {r.episodes_per_s:11.1f} {r.trainer_idle_frac:13.1%} "
-            f"{trained_frac(r):18.1%} {r.reward_end:13.3f} {r.wall_s:7.0f}"
-        )
-    sync, async_ = results
-    print(f"async / sync episodes/s: {async_.episodes_per_s / max(sync.episodes_per_s, 1e-9):.2f}x")
+    for mode, summaries in runs.items():
+        for i, r in enumerate(summaries):
+            print(
+                f"{mode:6} {i:5} {r.episodes_per_s:11.1f} {r.trainer_idle_frac:13.1%} "
+                f"{trained_frac(r):18.1%} {r.reward_end:13.3f} {r.wall_s:7.0f}"
+            )
+    rows = [pooled(mode, summaries, nice) for mode, summaries in runs.items()]
+    if args.rounds > 1:
+        for row in rows:
+            print(
+                f"{row['mode']:6} {'all':>5} {row['episodes_per_s']:11.1f} "
+                f"{row['trainer_idle_frac']:13.1%} {row['trained_frac']:18.1%} "
+                f"{row['final_reward']:13.3f}"
+            )
+    sync, async_ = (row["episodes_per_s"] for row in rows)
+    print(f"async / sync episodes/s: {async_ / max(sync, 1e-9):.2f}x")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2) + "\n")
+
+
+def pooled(mode: str, summaries: list[Summary], nice: int) -> dict[str, object]:
+    """One mode's JSON row from its runs (see the module docstring)."""
+    rates = [r.episodes_per_s for r in summaries]
+    idle = statistics.fmean(r.trainer_idle_frac for r in summaries)
+    return {
+        "mode": mode,
+        "episodes_per_s": statistics.harmonic_mean(rates),
+        "trainer_idle_frac": idle,
+        "trainer_busy": 1.0 - idle,
+        "trained_frac": statistics.fmean(trained_frac(r) for r in summaries),
+        "final_reward": statistics.fmean(r.reward_end for r in summaries),
+        "nice": nice,
+        "runs_episodes_per_s": rates,
+    }
 
 
 if __name__ == "__main__":

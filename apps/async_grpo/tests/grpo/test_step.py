@@ -117,6 +117,42 @@ def test_environment_tokens_of_a_multi_turn_response_are_not_trained() -> None:
     assert batch.input_ids.tolist() == [[5, 1, 7, 7, 2]]  # still the whole context
 
 
+def test_episodes_of_different_lengths_pack_into_their_own_rows() -> None:
+    def episode(prompt: list[int], response: list[int], **extra: object) -> Episode:
+        n = len(response)
+        return Episode(
+            prompt_ids=torch.tensor(prompt),
+            response_ids=torch.tensor(response),
+            behavior_logprobs=-torch.arange(1, n + 1, dtype=torch.float32) / 4,
+            reward=0.0,
+            advantage=0.5,
+            policy_version=0,
+            **extra,  # type: ignore[arg-type]
+        )
+
+    episodes = [
+        episode([3, 4, 5], [6]),
+        episode([3], [7, 8, 9], loss_mask=torch.tensor([True, False, True])),
+        episode([3, 4], [6, 6], token_advantages=torch.tensor([1.0, -2.0])),
+    ]
+    batch = pack(episodes, pad_id=0)
+    assert batch.input_ids.tolist() == [[3, 4, 5, 6], [3, 7, 8, 9], [3, 4, 6, 6]]
+    assert batch.attention_mask.tolist() == [[1, 1, 1, 1], [1, 1, 1, 1], [1, 1, 1, 1]]
+    assert batch.response_start.tolist() == [3, 1, 2]
+    assert batch.response_mask.tolist() == [[1, 0, 0], [1, 0, 1], [1, 1, 0]]
+    assert batch.behavior_logprobs.tolist() == [
+        [-0.25, 0, 0],
+        [-0.25, -0.5, -0.75],
+        [-0.25, -0.5, 0],
+    ]
+    # One episode with per-token advantages: the others' advantage fills their rows.
+    assert batch.advantages.tolist() == [[0.5, 0, 0], [0.5, 0.5, 0.5], [1.0, -2.0, 0]]
+    short = pack([episodes[0], episode([3], [6])], pad_id=9)
+    assert short.input_ids.tolist() == [[3, 4, 5, 6], [3, 6, 9, 9]]
+    assert short.attention_mask.tolist() == [[1, 1, 1, 1], [1, 1, 0, 0]]
+    assert short.advantages.tolist() == [0.5, 0.5]
+
+
 def test_a_checkpoint_with_dropout_trains_on_the_generators_log_probs(
     tiny_checkpoint: Path, tmp_path: Path
 ) -> None:

@@ -68,35 +68,55 @@ def pack(
             f"ref_logprobs must be [{b}, {resp_len}] for these episodes, "
             f"got {list(ref_logprobs.shape)}"
         )
+    prompt_lens = torch.tensor([len(e.prompt_ids) for e in episodes])
+    resp_lens = torch.tensor([len(e.response_ids) for e in episodes])
+    # One scatter per field instead of a few small copies per episode (128 episodes: several
+    # ms of the trainer's step otherwise): each token's row, and its column within the row.
+    p_rows, p_cols = _positions(prompt_lens)
+    r_rows, r_cols = _positions(resp_lens)
     input_ids = torch.full((b, seq_len), pad_id, dtype=torch.long)
-    attention = torch.zeros((b, seq_len), dtype=torch.long)
+    input_ids[p_rows, p_cols] = torch.cat([e.prompt_ids for e in episodes])
+    input_ids[r_rows, r_cols + prompt_lens[r_rows]] = torch.cat([e.response_ids for e in episodes])
+    attention = (torch.arange(seq_len) < (prompt_lens + resp_lens).unsqueeze(1)).long()
+    # Environment tokens of a multi-turn response are context, not the policy's actions.
     mask = torch.zeros((b, resp_len))
+    mask[r_rows, r_cols] = torch.cat(
+        [
+            torch.ones(len(e.response_ids)) if e.loss_mask is None else e.loss_mask.float()
+            for e in episodes
+        ]
+    )
     behavior = torch.zeros((b, resp_len))
-    per_token = any(e.token_advantages is not None for e in episodes)
-    advantages = torch.zeros((b, resp_len)) if per_token else torch.zeros(b)
-    for i, e in enumerate(episodes):
-        p, n = len(e.prompt_ids), len(e.response_ids)
-        input_ids[i, :p] = e.prompt_ids
-        input_ids[i, p : p + n] = e.response_ids
-        attention[i, : p + n] = 1
-        # Environment tokens of a multi-turn response are context, not the policy's actions.
-        mask[i, :n] = 1.0 if e.loss_mask is None else e.loss_mask.float()
-        behavior[i, :n] = e.behavior_logprobs
-        if not per_token:
-            advantages[i] = e.advantage
-        elif e.token_advantages is None:
-            advantages[i, :n] = e.advantage
-        else:
-            advantages[i, :n] = e.token_advantages
+    behavior[r_rows, r_cols] = torch.cat([e.behavior_logprobs for e in episodes])
+    if any(e.token_advantages is not None for e in episodes):
+        advantages = torch.zeros((b, resp_len))
+        advantages[r_rows, r_cols] = torch.cat(
+            [
+                e.token_advantages
+                if e.token_advantages is not None
+                else torch.full((len(e.response_ids),), float(e.advantage))
+                for e in episodes
+            ]
+        )
+    else:
+        advantages = torch.tensor([float(e.advantage) for e in episodes])
     return TrainBatch(
         input_ids=input_ids,
         attention_mask=attention,
-        response_start=torch.tensor([len(e.prompt_ids) for e in episodes]),
+        response_start=prompt_lens,
         response_mask=mask,
         behavior_logprobs=behavior,
         ref_logprobs=ref_logprobs,
         advantages=advantages,
     )
+
+
+def _positions(lengths: Tensor) -> tuple[Tensor, Tensor]:
+    """For rows of `lengths` [B] tokens laid end to end: each token's row and its index
+    within its row, both [sum(lengths)]."""
+    rows = torch.repeat_interleave(torch.arange(len(lengths)), lengths)
+    starts = torch.cumsum(lengths, 0) - lengths
+    return rows, torch.arange(len(rows)) - starts[rows]
 
 
 def sequence_logprobs(

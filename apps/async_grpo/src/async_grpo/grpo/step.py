@@ -39,8 +39,14 @@ class StepStats:
 
 def make_optimizer(params: Iterable[torch.nn.Parameter], cfg: TrainerConfig) -> torch.optim.AdamW:
     """AdamW as the trainer config sets it (plain and sharded parameters alike)."""
+    # Fused: one kernel per parameter instead of a dozen ops; on a CPU that is 0.5-1 ms a
+    # step against ~3 ms for the tiny model's 26 tensors. DTensor shards support it too.
     return torch.optim.AdamW(
-        params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, cfg.adam_beta2)
+        params,
+        lr=cfg.lr,
+        weight_decay=cfg.weight_decay,
+        betas=(0.9, cfg.adam_beta2),
+        fused=True,
     )
 
 
