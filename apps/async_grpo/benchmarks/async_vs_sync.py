@@ -103,25 +103,30 @@ def main() -> None:
                 f"{row['trainer_idle_frac']:13.1%} {row['trained_frac']:18.1%} "
                 f"{row['final_reward']:13.3f}"
             )
-    sync, async_ = (row["episodes_per_s"] for row in rows)
+    sync, async_ = (pooled_rate(runs[mode]) for mode in ("sync", "async"))
     print(f"async / sync episodes/s: {async_ / max(sync, 1e-9):.2f}x")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2) + "\n")
 
 
+def pooled_rate(summaries: list[Summary]) -> float:
+    """Trained episodes/s over a mode's runs: each trains the same number of episodes, so
+    the harmonic mean of their rates."""
+    return statistics.harmonic_mean([r.episodes_per_s for r in summaries])
+
+
 def pooled(mode: str, summaries: list[Summary], nice: int) -> dict[str, object]:
     """One mode's JSON row from its runs (see the module docstring)."""
-    rates = [r.episodes_per_s for r in summaries]
     idle = statistics.fmean(r.trainer_idle_frac for r in summaries)
     return {
         "mode": mode,
-        "episodes_per_s": statistics.harmonic_mean(rates),
+        "episodes_per_s": pooled_rate(summaries),
         "trainer_idle_frac": idle,
         "trainer_busy": 1.0 - idle,
         "trained_frac": statistics.fmean(trained_frac(r) for r in summaries),
         "final_reward": statistics.fmean(r.reward_end for r in summaries),
         "nice": nice,
-        "runs_episodes_per_s": rates,
+        "runs_episodes_per_s": [r.episodes_per_s for r in summaries],
     }
 
 
