@@ -10,7 +10,7 @@ waits). Rates are measured from the end of the first train step (start-up exclud
 
 `--rounds N` runs each mode N times, alternating the order (sync then async, async then
 sync, ...), and pools each mode's runs: on a shared machine whose speed drifts over minutes
-one pair can read anywhere from 1.3x to 2.1x (measured, 2-core VM), and alternating cancels
+two pairs of the same code read 1.28x and 1.81x (measured, 2-core VM), and alternating cancels
 a steady drift. A mode's episodes/s is then the harmonic mean of its runs' (they train the
 same number of episodes), the other columns the mean.
 
