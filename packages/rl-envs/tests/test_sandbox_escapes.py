@@ -342,12 +342,24 @@ def test_a_killed_host_process_leaves_no_sandbox_behind(sandbox: Sandbox) -> Non
             "from rl_envs import Sandbox, SandboxLimits; "
             "Sandbox().run('import time; time.sleep(60)', "
             "limits=SandboxLimits(wall_seconds=60, cpu_seconds=60))",
-        ]
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
-    deadline = time.monotonic() + 30
-    while not sandboxed_programs() and time.monotonic() < deadline:
+    # CI once saw no program within 30 s and printed nothing more: a failure now says
+    # whether the host process had exited (and what it wrote) or was still running.
+    deadline = time.monotonic() + 60
+    while not sandboxed_programs() and host.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert sandboxed_programs(), "the sandboxed program never started"
+    if not sandboxed_programs():
+        running = host.poll() is None
+        host.kill()
+        _, err = host.communicate(timeout=30)
+        state = "still running after 60 s" if running else f"exited with {host.returncode}"
+        pytest.fail(
+            f"the sandboxed program never started; the host process {state}, its stderr: "
+            f"{err.decode(errors='replace')[-3000:]!r}"
+        )
     os.kill(host.pid, signal.SIGKILL)
     host.wait()
     deadline = time.monotonic() + 5
