@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 from async_grpo.config.schema import SamplingConfig
-from async_grpo.generation.decoding import generate
+from async_grpo.generation.decoding import generate, sample
 from async_grpo.generation.episodes import to_episodes
 from async_grpo.grpo.batching import pack, sequence_logprobs
 from async_grpo.grpo.logprobs import masked_logits, token_logprobs, token_logprobs_and_entropy
@@ -107,3 +107,40 @@ def test_entropy_gradient_is_finite_with_top_p() -> None:
     # Out-of-nucleus logits get no gradient at all; kept ones do.
     assert logits.grad[0, 2:].tolist() == [0.0, 0.0]
     assert float(logits.grad[0, :2].abs().sum()) > 0
+
+
+def test_responses_that_end_leave_the_batch_and_the_rest_stay_exact(tiny_checkpoint: Path) -> None:
+    # Seeded so that some responses end (EOS) while others of the same batch go on: the
+    # ones going on must keep their own cache rows and positions after the batch shrinks,
+    # which the trainer's recomputation of every token's log-prob checks.
+    model = load_policy(str(tiny_checkpoint))
+    tok = load_tokenizer(str(tiny_checkpoint))
+    cfg = SamplingConfig(group_size=8, max_new_tokens=6, temperature=1.5)
+    prompts = ["count to 1:", "count to 12:", "count to 3: 1 2"]
+    gen = torch.Generator().manual_seed(5)
+    groups = generate(model, tok, prompts, cfg, 0, generator=gen)
+    lengths = [len(c.response_ids) for g in groups for c in g]
+    assert any(c.finished and len(c.response_ids) < 6 for g in groups for c in g), lengths
+    assert max(lengths) == 6, lengths  # and at least one ran to the end
+    episodes = to_episodes(groups, [0.0] * 24, itertools.count())
+    batch = pack(episodes, pad_id=tok.pad_token_id)
+    with torch.no_grad():
+        recomputed = sequence_logprobs(model, batch, cfg.temperature, cfg.top_p, len(tok))
+    torch.testing.assert_close(recomputed, batch.behavior_logprobs, atol=1e-4, rtol=0)
+
+
+def test_a_group_prefilled_once_answers_as_repeated_rows_would(tiny_checkpoint: Path) -> None:
+    # Greedy decoding is a function of the prompt alone: a prompt prefilled once and its
+    # cache copied for its group gives what the same prompt repeated row by row gives.
+    model = load_policy(str(tiny_checkpoint))
+    tok = load_tokenizer(str(tiny_checkpoint))
+    cfg = SamplingConfig(group_size=3, max_new_tokens=5)
+    rows = [tok(p, add_special_tokens=False)["input_ids"] for p in ["count to 2:", "count to 10:"]]
+    shared = sample(model, tok, rows, cfg, 0, greedy=True, repeats=3)
+    repeated = sample(model, tok, [r for r in rows for _ in range(3)], cfg, 0, greedy=True)
+    assert [c.response_ids for c in shared] == [c.response_ids for c in repeated]
+    assert [c.prompt_ids for c in shared] == [c.prompt_ids for c in repeated]
+    for a, b in zip(shared, repeated, strict=True):
+        assert a.behavior_logprobs == pytest.approx(b.behavior_logprobs, abs=1e-5)
+    with pytest.raises(ValueError, match="repeats must be at least 1"):
+        sample(model, tok, rows, cfg, 0, repeats=0)

@@ -70,12 +70,13 @@ def generate(
     completions = sample(
         model,
         tokenizer,
-        [ids for ids in encoded for _ in range(g)],
+        encoded,
         cfg,
         policy_version,
-        labels=[p for p in prompts for _ in range(g)],
+        labels=prompts,
         generator=generator,
         greedy=greedy,
+        repeats=g,
     )
     return [completions[k * g : (k + 1) * g] for k in range(len(prompts))]
 
@@ -91,79 +92,106 @@ def sample(
     labels: list[str] | None = None,
     generator: torch.Generator | None = None,
     greedy: bool = False,
+    repeats: int = 1,
 ) -> list[Completion]:
-    """One response for each row of token ids (a prompt, or a multi-turn context), all in
-    one batch with a KV cache; `labels` are the rows' prompts as text (for the record; ""
+    """`repeats` responses for each row of token ids (a prompt, or a multi-turn context), all
+    in one batch with a KV cache; `labels` are the rows' prompts as text (for the record; ""
     without).
 
-    Rows are left-padded so every row's next token sits in the last column; position ids
-    count only real tokens, so the trainer's right-padded recomputation sees the same
-    positions. Returns the completions in row order. `greedy`: each token is the most
-    likely one instead of a sample (`async-grpo eval --greedy`; training never is), its
-    log-prob still that of the sampling distribution.
+    Each row goes through the model once; its KV cache and last logits are then copied for
+    its `repeats` responses (a GRPO group shares its prompt: 16 answers to 8 prompts prefill
+    8 rows, not 128). A response that ended (EOS) leaves the batch, so later tokens are
+    computed only for the responses still going. Rows are left-padded so every row's next
+    token sits in the last column; position ids count only real tokens, so the trainer's
+    right-padded recomputation sees the same positions. Returns the completions in row
+    order, a row's `repeats` together. `greedy`: each token is the most likely one instead
+    of a sample (`async-grpo eval --greedy`; training never is), its log-prob still that of
+    the sampling distribution.
     """
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     if eos is None or pad is None:
         raise ValueError("the tokenizer needs an EOS and a pad token")
     if not rows or not all(rows):
         raise ValueError("sample needs at least one row, and no empty row")
+    if repeats < 1:
+        raise ValueError(f"sample: repeats must be at least 1, got {repeats}")
     vocab = len(tokenizer)
     width = max(len(r) for r in rows)
     device = next(model.parameters()).device
     input_ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=device)
     attention = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=device)
     positions = (attention.cumsum(-1) - 1).clamp(min=0)
-    n = len(rows)
     cache = DynamicCache()
-    done = torch.zeros(n, dtype=torch.bool, device=device)
-    out_tokens: list[Tensor] = []
-    out_logprobs: list[Tensor] = []
-    step_ids, step_pos = input_ids, positions
-    for _ in range(cfg.max_new_tokens):
-        logits = model(
-            input_ids=step_ids,
-            attention_mask=attention,
-            position_ids=step_pos,
-            past_key_values=cache,
-            use_cache=True,
-        ).logits[:, -1, :]
+    logits = _next_logits(model, input_ids, attention, positions, cache)
+    position = positions[:, -1:]
+    if repeats > 1:
+        cache.batch_repeat_interleave(repeats)
+        logits, attention, position = (
+            t.repeat_interleave(repeats, dim=0) for t in (logits, attention, position)
+        )
+    n, steps = len(rows) * repeats, cfg.max_new_tokens
+    tokens = torch.full((n, steps), pad, dtype=torch.long, device=device)
+    logprobs = torch.zeros((n, steps), device=device)
+    going = torch.arange(n, device=device)  # the responses in the batch, by output row
+    for t in range(steps):
         dist = masked_logits(logits, cfg.temperature, cfg.top_p, vocab)
         logp = torch.log_softmax(dist, dim=-1)
         if greedy:
             token = dist.argmax(-1)
         else:
             token = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
-        token = torch.where(done, torch.full_like(token, pad), token)
-        out_tokens.append(token)
-        out_logprobs.append(logp.gather(-1, token.unsqueeze(-1)).squeeze(-1))
-        done = done | (token == eos)
-        if bool(done.all()):
+        tokens[going, t] = token
+        logprobs[going, t] = logp.gather(-1, token.unsqueeze(-1)).squeeze(-1)
+        open_ = token != eos
+        if t == steps - 1 or not bool(open_.any()):
             break
-        step_ids = token.unsqueeze(-1)
-        step_pos = step_pos[:, -1:] + 1
-        attention = torch.cat(
-            [attention, torch.ones(n, 1, dtype=attention.dtype, device=device)], dim=-1
-        )
-    tokens = torch.stack(out_tokens, dim=1).tolist()
-    logprobs = torch.stack(out_logprobs, dim=1).tolist()
+        if not bool(open_.all()):
+            keep = open_.nonzero().squeeze(-1)
+            going, token, attention, position = (
+                x[keep] for x in (going, token, attention, position)
+            )
+            cache.batch_select_indices(keep)
+        position = position + 1
+        ones = torch.ones(len(going), 1, dtype=attention.dtype, device=device)
+        attention = torch.cat([attention, ones], dim=-1)
+        logits = _next_logits(model, token.unsqueeze(-1), attention, position, cache)
+    token_rows, logprob_rows = tokens.tolist(), logprobs.tolist()
     completions: list[Completion] = []
-    for i, row in enumerate(rows):
-        length = len(tokens[i])
-        finished = eos in tokens[i]
-        if finished:
-            length = tokens[i].index(eos) + 1
-        response = tokens[i][:length]
+    for i in range(n):
+        row, out = rows[i // repeats], token_rows[i]
+        finished = eos in out
+        length = out.index(eos) + 1 if finished else steps
+        response = out[:length]
         completions.append(
             Completion(
-                prompt=labels[i] if labels is not None else "",
+                prompt=labels[i // repeats] if labels is not None else "",
                 # Other special tokens stay visible: a sampled <unk> or <pad> is a wrong word,
                 # not a silently dropped one.
                 text=str(tokenizer.decode(response[:-1] if finished else response)),
                 prompt_ids=list(row),
                 response_ids=response,
-                behavior_logprobs=logprobs[i][:length],
+                behavior_logprobs=logprob_rows[i][:length],
                 finished=finished,
                 policy_version=policy_version,
             )
         )
     return completions
+
+
+def _next_logits(
+    model: PreTrainedModel,
+    input_ids: Tensor,
+    attention: Tensor,
+    positions: Tensor,
+    cache: DynamicCache,
+) -> Tensor:
+    """[B, V] logits of the token after `input_ids` [B, S], the cache extended by them."""
+    out = model(
+        input_ids=input_ids,
+        attention_mask=attention,
+        position_ids=positions,
+        past_key_values=cache,
+        use_cache=True,
+    )
+    logits: Tensor = out.logits[:, -1, :]
+    return logits
