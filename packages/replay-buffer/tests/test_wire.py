@@ -108,3 +108,91 @@ def test_sampled_batch_keeps_its_shards_and_version() -> None:
     assert [len(s) for s in back.shards] == [3, 3]
     for a, b in zip(batch.episodes, back.episodes, strict=True):
         _assert_same(a, b)
+
+
+def _expected_columns(episodes: list[Episode]) -> dict[str, torch.Tensor | None]:
+    """The `Columns` fields built one episode at a time, the optional ones spelled out."""
+    has_mask = any(e.loss_mask is not None for e in episodes)
+    has_adv = any(e.token_advantages is not None for e in episodes)
+    n = [len(e.response_ids) for e in episodes]
+    return {
+        "prompt_lens": torch.tensor([len(e.prompt_ids) for e in episodes]),
+        "response_lens": torch.tensor(n),
+        "prompt_ids": torch.cat([e.prompt_ids for e in episodes]),
+        "response_ids": torch.cat([e.response_ids for e in episodes]),
+        "behavior_logprobs": torch.cat([e.behavior_logprobs for e in episodes]),
+        "loss_mask": torch.cat(
+            [
+                e.loss_mask if e.loss_mask is not None else torch.ones(k, dtype=torch.bool)
+                for e, k in zip(episodes, n, strict=True)
+            ]
+        )
+        if has_mask
+        else None,
+        "token_advantages": torch.cat(
+            [
+                e.token_advantages
+                if e.token_advantages is not None
+                else torch.full((k,), e.advantage)
+                for e, k in zip(episodes, n, strict=True)
+            ]
+        )
+        if has_adv
+        else None,
+        "reward": torch.tensor([e.reward for e in episodes], dtype=torch.float64),
+        "advantage": torch.tensor([e.advantage for e in episodes], dtype=torch.float64),
+        "policy_version": torch.tensor([e.policy_version for e in episodes]),
+    }
+
+
+@pytest.mark.parametrize("optional", ["none", "some", "all"])
+def test_columns_hold_every_field_of_a_fresh_and_of_an_unpickled_batch(optional: str) -> None:
+    def flags(i: int) -> dict[str, bool]:
+        if optional == "none":
+            return {}
+        if optional == "all":
+            return {"mask": True, "token_adv": True}
+        return {"mask": i % 3 == 0, "token_adv": i % 4 == 1}
+
+    episodes = [_episode(i, **flags(i)) for i in range(13)]
+    expected = _expected_columns(episodes)
+    fresh = EpisodeBatch(episodes)
+    back = pickle.loads(pickle.dumps(fresh))
+    for batch in (fresh, back):
+        cols = batch.columns()
+        assert len(cols) == 13
+        for name, want in expected.items():
+            got = getattr(cols, name)
+            if want is None:
+                assert got is None, name
+                continue
+            assert got is not None, name
+            assert got.dtype == want.dtype, name
+            assert torch.equal(got, want), name
+        assert cols.policy_tokens == sum(e.num_policy_tokens for e in episodes)
+
+
+def test_an_unpickled_batch_sent_on_pickles_the_same_record() -> None:
+    # A batch that only passes through (a controller forwarding it) costs no repacking.
+    episodes = [_episode(i, mask=i % 3 == 0) for i in range(9)]
+    data = pickle.dumps(EpisodeBatch(episodes))
+    back = pickle.loads(data)
+    assert pickle.dumps(back) == data
+    assert len(back) == 9  # without reading an episode
+    for a, b in zip(episodes, pickle.loads(pickle.dumps(back)), strict=True):
+        _assert_same(a, b)
+
+
+def test_slicing_the_whole_batch_is_the_batch_and_a_part_is_its_episodes() -> None:
+    back = pickle.loads(pickle.dumps(EpisodeBatch([_episode(i) for i in range(6)])))
+    assert back[:] is back and back[0:6] is back and back[::1] is back
+    part = back[1:4]
+    assert isinstance(part, EpisodeBatch) and len(part) == 3
+    assert part.columns().response_lens.tolist() == [len(e.response_ids) for e in back[1:4]]
+    assert torch.equal(back[::-1][0].prompt_ids, back[5].prompt_ids)
+
+
+def test_columns_of_an_empty_batch() -> None:
+    cols = pickle.loads(pickle.dumps(EpisodeBatch())).columns()
+    assert len(cols) == 0 and cols.policy_tokens == 0
+    assert cols.prompt_ids.dtype == torch.long and cols.behavior_logprobs.dtype == torch.float32

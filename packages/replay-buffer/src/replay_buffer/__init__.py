@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from replay_buffer.batch import SampledBatch
 from replay_buffer.buffer import ReplayBuffer
+from replay_buffer.columns import Columns
 from replay_buffer.config import ReplayBufferConfig, SamplingName
 from replay_buffer.episode import Episode, GroupId
 from replay_buffer.sampling import (
@@ -32,6 +33,7 @@ __version__ = "0.1.0"
 __all__ = [
     "BufferSnapshot",
     "BufferStats",
+    "Columns",
     "Episode",
     "EpisodeBatch",
     "FifoSampling",

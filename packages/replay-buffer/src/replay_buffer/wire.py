@@ -19,6 +19,7 @@ from typing import Any, overload
 
 import torch
 
+from replay_buffer.columns import Columns, columns_of, concat
 from replay_buffer.episode import FIELDS, Episode, cpu_bytes, trusted_episode
 
 _COLUMNS: tuple[tuple[str, torch.dtype], ...] = (
@@ -35,15 +36,38 @@ _OPTIONAL: tuple[tuple[str, torch.dtype], ...] = (
 class EpisodeBatch(Sequence[Episode]):
     """An immutable sequence of episodes that pickles as one columnar record (see the
     module docstring). Use it wherever a list of episodes is sent to another process; it is
-    read like a tuple (`len`, indexing, slicing, iteration)."""
+    read like a tuple (`len`, indexing, slicing, iteration), and field by field with
+    `columns()`.
 
-    __slots__ = ("_episodes",)
+    Unpickled, it holds the record's buffers and makes its `Episode` objects only when one
+    is first read: a trainer that packs the batch from `columns()` never makes them, and
+    sending the batch on pickles the same record again."""
+
+    __slots__ = ("_columns", "_episodes", "_fields", "_packed")
 
     def __init__(self, episodes: Iterable[Episode] = ()) -> None:
-        self._episodes = tuple(episodes)
+        self._episodes: tuple[Episode, ...] | None = tuple(episodes)
         for i, e in enumerate(self._episodes):
             if not isinstance(e, Episode):
                 raise TypeError(f"EpisodeBatch[{i}] must be an Episode, got {type(e).__name__}")
+        self._packed: tuple[Any, ...] | None = None
+        self._fields: _Fields | None = None
+        self._columns: Columns | None = None
+
+    @property
+    def _items(self) -> tuple[Episode, ...]:
+        if self._episodes is None:
+            assert self._fields is not None
+            self._episodes = self._fields.episodes()
+        return self._episodes
+
+    def columns(self) -> Columns:
+        """The batch field by field (`Columns`); made once, from the record's buffers when
+        the batch was unpickled (no copy), else by concatenating the episodes' fields."""
+        if self._columns is None:
+            fields = self._fields
+            self._columns = fields.columns() if fields is not None else columns_of(self._items)
+        return self._columns
 
     @overload
     def __getitem__(self, index: int) -> Episode: ...
@@ -51,20 +75,27 @@ class EpisodeBatch(Sequence[Episode]):
     def __getitem__(self, index: slice) -> EpisodeBatch: ...
     def __getitem__(self, index: int | slice) -> Episode | EpisodeBatch:
         if isinstance(index, slice):
-            return EpisodeBatch(self._episodes[index])
-        return self._episodes[index]
+            if range(len(self))[index] == range(len(self)):
+                return self  # immutable: the whole batch is itself
+            return EpisodeBatch(self._items[index])
+        return self._items[index]
 
     def __len__(self) -> int:
+        if self._episodes is None:
+            assert self._fields is not None
+            return len(self._fields.response_lens)
         return len(self._episodes)
 
     def __iter__(self) -> Iterator[Episode]:
-        return iter(self._episodes)
+        return iter(self._items)
 
     def __repr__(self) -> str:
-        return f"EpisodeBatch({len(self._episodes)} episodes)"
+        return f"EpisodeBatch({len(self)} episodes)"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_unpack_batch, (pack(self._episodes),))
+        if self._packed is None:
+            self._packed = pack(self._items)  # the episodes never change: packed once
+        return (_unpack_batch, (self._packed,))
 
 
 def pack(episodes: Sequence[Episode]) -> tuple[Any, ...]:
@@ -74,7 +105,7 @@ def pack(episodes: Sequence[Episode]) -> tuple[Any, ...]:
         return ("episodes", tuple(episodes))
     response_lens = [len(e.response_ids) for e in episodes]
     columns = {
-        name: cpu_bytes(_cat([getattr(e, name) for e in episodes], dtype))
+        name: cpu_bytes(concat([getattr(e, name) for e in episodes], dtype))
         for name, dtype in _COLUMNS
     }
     optional = {}
@@ -83,7 +114,7 @@ def pack(episodes: Sequence[Episode]) -> tuple[Any, ...]:
         if present:
             optional[name] = (
                 [getattr(e, name) is not None for e in episodes],
-                cpu_bytes(_cat(present, dtype)),
+                cpu_bytes(concat(present, dtype)),
             )
     scalars = {
         "reward": [e.reward for e in episodes],
@@ -101,28 +132,95 @@ def unpack(packed: tuple[Any, ...]) -> tuple[Episode, ...]:
     field."""
     if packed[0] == "episodes":
         return tuple(packed[1])
-    _, prompt_lens, response_lens, columns, optional, scalars = packed
-    lens = {"prompt_ids": prompt_lens, "response_ids": response_lens}
-    fields: dict[str, Sequence[Any]] = {
-        name: _split(columns[name], dtype, lens.get(name, response_lens))
-        for name, dtype in _COLUMNS
-    }
-    for name, dtype in _OPTIONAL:
-        if name not in optional:
-            fields[name] = [None] * len(response_lens)
-            continue
-        has, data = optional[name]
-        parts = iter(_split(data, dtype, [n for n, h in zip(response_lens, has, strict=True) if h]))
-        fields[name] = [next(parts) if h else None for h in has]
-    fields.update(scalars)
-    columns_in_order = [fields[name] for name in FIELDS]
-    # Checked where they were built (module docstring).
-    return tuple(trusted_episode(values) for values in zip(*columns_in_order, strict=True))
+    return _Fields.of(packed).episodes()
+
+
+class _Fields:
+    """A packed record's buffers as tensors (one per tensor field, each made once), and the
+    lengths and numbers: what both an unpickled batch's episodes and its `Columns` are
+    views of."""
+
+    def __init__(
+        self,
+        prompt_lens: list[int],
+        response_lens: list[int],
+        tensors: dict[str, torch.Tensor],
+        optional: dict[str, tuple[list[bool], torch.Tensor]],
+        scalars: dict[str, list[Any]],
+    ) -> None:
+        self.prompt_lens, self.response_lens = prompt_lens, response_lens
+        self.tensors, self.optional, self.scalars = tensors, optional, scalars
+
+    @classmethod
+    def of(cls, packed: tuple[Any, ...]) -> _Fields:
+        _, prompt_lens, response_lens, columns, optional, scalars = packed
+        tensors = {name: _tensor(columns[name], dtype) for name, dtype in _COLUMNS}
+        present = {
+            name: (optional[name][0], _tensor(optional[name][1], dtype))
+            for name, dtype in _OPTIONAL
+            if name in optional
+        }
+        return cls(prompt_lens, response_lens, tensors, present, scalars)
+
+    def episodes(self) -> tuple[Episode, ...]:
+        lens = {"prompt_ids": self.prompt_lens, "response_ids": self.response_lens}
+        fields: dict[str, Sequence[Any]] = {
+            name: torch.split(self.tensors[name], lens.get(name, self.response_lens))
+            for name, _ in _COLUMNS
+        }
+        for name, _ in _OPTIONAL:
+            if name not in self.optional:
+                fields[name] = [None] * len(self.response_lens)
+                continue
+            has, data = self.optional[name]
+            kept = [n for n, h in zip(self.response_lens, has, strict=True) if h]
+            parts = iter(torch.split(data, kept))
+            fields[name] = [next(parts) if h else None for h in has]
+        fields.update(self.scalars)
+        columns_in_order = [fields[name] for name in FIELDS]
+        # Checked where they were built (module docstring).
+        return tuple(trusted_episode(values) for values in zip(*columns_in_order, strict=True))
+
+    def columns(self) -> Columns:
+        response_lens = torch.tensor(self.response_lens, dtype=torch.long)
+        advantage = torch.tensor(self.scalars["advantage"], dtype=torch.float64)
+        filled: dict[str, torch.Tensor | None] = {}
+        for name, dtype in _OPTIONAL:
+            if name not in self.optional:
+                filled[name] = None
+                continue
+            has, data = self.optional[name]
+            if all(has):
+                filled[name] = data
+                continue
+            # An episode without the field gets its meaning spelled out (`Columns`).
+            default = torch.ones(int(response_lens.sum()), dtype=dtype)
+            if name == "token_advantages":
+                default = torch.repeat_interleave(advantage.to(dtype), response_lens)
+            owner = torch.repeat_interleave(torch.tensor(has), response_lens)
+            default[owner] = data
+            filled[name] = default
+        return Columns(
+            prompt_lens=torch.tensor(self.prompt_lens, dtype=torch.long),
+            response_lens=response_lens,
+            prompt_ids=self.tensors["prompt_ids"],
+            response_ids=self.tensors["response_ids"],
+            behavior_logprobs=self.tensors["behavior_logprobs"],
+            loss_mask=filled["loss_mask"],
+            token_advantages=filled["token_advantages"],
+            reward=torch.tensor(self.scalars["reward"], dtype=torch.float64),
+            advantage=advantage,
+            policy_version=torch.tensor(self.scalars["policy_version"], dtype=torch.long),
+        )
 
 
 def _unpack_batch(packed: tuple[Any, ...]) -> EpisodeBatch:
     batch = EpisodeBatch.__new__(EpisodeBatch)
-    batch._episodes = unpack(packed)
+    batch._packed, batch._columns = packed, None
+    if packed[0] == "episodes":
+        batch._episodes, batch._fields = tuple(packed[1]), None
+    else:
+        batch._episodes, batch._fields = None, _Fields.of(packed)
     return batch
 
 
@@ -131,14 +229,7 @@ def _plain(e: Episode) -> bool:
     return all(t is None or (type(t) is torch.Tensor and t.device.type == "cpu") for t in tensors)
 
 
-def _cat(tensors: list[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
-    return torch.cat(tensors) if tensors else torch.empty(0, dtype=dtype)
-
-
-def _split(data: bytes, dtype: torch.dtype, lens: list[int]) -> Sequence[torch.Tensor]:
+def _tensor(data: bytes, dtype: torch.dtype) -> torch.Tensor:
     if not data:
-        return [torch.empty(0, dtype=dtype) for _ in lens]
-    parts: tuple[torch.Tensor, ...] = torch.split(
-        torch.frombuffer(bytearray(data), dtype=dtype), lens
-    )
-    return parts
+        return torch.empty(0, dtype=dtype)
+    return torch.frombuffer(bytearray(data), dtype=dtype)

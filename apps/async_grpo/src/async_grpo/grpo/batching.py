@@ -10,7 +10,8 @@ import dataclasses
 from collections.abc import Sequence
 
 import torch
-from replay_buffer import Episode
+from replay_buffer import Columns, Episode, EpisodeBatch
+from replay_buffer.columns import columns_of
 from torch import Tensor
 from transformers import PreTrainedModel
 
@@ -60,46 +61,34 @@ def pack(
     returns them for the same episodes) is carried along when given."""
     if not episodes:
         raise ValueError("pack: no episodes")
-    seq_len = max(e.num_tokens for e in episodes)
-    resp_len = max(len(e.response_ids) for e in episodes)
-    b = len(episodes)
+    cols = columns(episodes)
+    prompt_lens, resp_lens = cols.prompt_lens, cols.response_lens
+    seq_len = int((prompt_lens + resp_lens).max())
+    resp_len = int(resp_lens.max())
+    b = len(cols)
     if ref_logprobs is not None and tuple(ref_logprobs.shape) != (b, resp_len):
         raise ValueError(
             f"ref_logprobs must be [{b}, {resp_len}] for these episodes, "
             f"got {list(ref_logprobs.shape)}"
         )
-    prompt_lens = torch.tensor([len(e.prompt_ids) for e in episodes])
-    resp_lens = torch.tensor([len(e.response_ids) for e in episodes])
     # One scatter per field instead of a few small copies per episode (128 episodes: several
     # ms of the trainer's step otherwise): each token's row, and its column within the row.
     p_rows, p_cols = _positions(prompt_lens)
     r_rows, r_cols = _positions(resp_lens)
     input_ids = torch.full((b, seq_len), pad_id, dtype=torch.long)
-    input_ids[p_rows, p_cols] = torch.cat([e.prompt_ids for e in episodes])
-    input_ids[r_rows, r_cols + prompt_lens[r_rows]] = torch.cat([e.response_ids for e in episodes])
+    input_ids[p_rows, p_cols] = cols.prompt_ids
+    input_ids[r_rows, r_cols + prompt_lens[r_rows]] = cols.response_ids
     attention = (torch.arange(seq_len) < (prompt_lens + resp_lens).unsqueeze(1)).long()
     # Environment tokens of a multi-turn response are context, not the policy's actions.
     mask = torch.zeros((b, resp_len))
-    mask[r_rows, r_cols] = torch.cat(
-        [
-            torch.ones(len(e.response_ids)) if e.loss_mask is None else e.loss_mask.float()
-            for e in episodes
-        ]
-    )
+    mask[r_rows, r_cols] = 1.0 if cols.loss_mask is None else cols.loss_mask.float()
     behavior = torch.zeros((b, resp_len))
-    behavior[r_rows, r_cols] = torch.cat([e.behavior_logprobs for e in episodes])
-    if any(e.token_advantages is not None for e in episodes):
+    behavior[r_rows, r_cols] = cols.behavior_logprobs
+    if cols.token_advantages is not None:
         advantages = torch.zeros((b, resp_len))
-        advantages[r_rows, r_cols] = torch.cat(
-            [
-                e.token_advantages
-                if e.token_advantages is not None
-                else torch.full((len(e.response_ids),), float(e.advantage))
-                for e in episodes
-            ]
-        )
+        advantages[r_rows, r_cols] = cols.token_advantages
     else:
-        advantages = torch.tensor([float(e.advantage) for e in episodes])
+        advantages = cols.advantage.float()
     return TrainBatch(
         input_ids=input_ids,
         attention_mask=attention,
@@ -109,6 +98,12 @@ def pack(
         ref_logprobs=ref_logprobs,
         advantages=advantages,
     )
+
+
+def columns(episodes: Sequence[Episode]) -> Columns:
+    """`episodes` field by field: a batch that crossed from another process reads its
+    record's buffers as they came (no visit to each episode), anything else is gathered."""
+    return episodes.columns() if isinstance(episodes, EpisodeBatch) else columns_of(episodes)
 
 
 def _positions(lengths: Tensor) -> tuple[Tensor, Tensor]:
