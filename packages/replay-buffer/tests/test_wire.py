@@ -185,14 +185,19 @@ def test_an_unpickled_batch_sent_on_pickles_the_same_record() -> None:
 
 def test_slicing_the_whole_batch_is_the_batch_and_a_part_is_its_episodes() -> None:
     back = pickle.loads(pickle.dumps(EpisodeBatch([_episode(i) for i in range(6)])))
-    assert back[:] is back and back[0:6] is back and back[::1] is back
+    assert back[:] is back
+    assert back[0:6] is back
+    assert back[::1] is back
     part = back[1:4]
-    assert isinstance(part, EpisodeBatch) and len(part) == 3
+    assert isinstance(part, EpisodeBatch)
+    assert len(part) == 3
     assert part.columns().response_lens.tolist() == [len(e.response_ids) for e in back[1:4]]
     assert torch.equal(back[::-1][0].prompt_ids, back[5].prompt_ids)
 
 
 def test_columns_of_an_empty_batch() -> None:
     cols = pickle.loads(pickle.dumps(EpisodeBatch())).columns()
-    assert len(cols) == 0 and cols.policy_tokens == 0
-    assert cols.prompt_ids.dtype == torch.long and cols.behavior_logprobs.dtype == torch.float32
+    assert len(cols) == 0
+    assert cols.policy_tokens == 0
+    assert cols.prompt_ids.dtype == torch.long
+    assert cols.behavior_logprobs.dtype == torch.float32
