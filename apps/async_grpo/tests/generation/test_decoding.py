@@ -7,11 +7,12 @@ from pathlib import Path
 import pytest
 import torch
 from async_grpo.config.schema import SamplingConfig
-from async_grpo.generation.decoding import generate, sample
+from async_grpo.generation.decoding import Completion, generate, sample
 from async_grpo.generation.episodes import to_episodes
 from async_grpo.grpo.batching import pack, sequence_logprobs
 from async_grpo.grpo.logprobs import masked_logits, token_logprobs, token_logprobs_and_entropy
 from async_grpo.model.policy import load_policy, load_tokenizer
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 
 def test_masked_logits_top_p_keeps_the_smallest_nucleus() -> None:
@@ -51,9 +52,19 @@ def test_generate_logprobs_match_trainer_recomputation(tiny_checkpoint: Path, to
         assert all(lp <= 0 for lp in c.behavior_logprobs)
     assert groups[1][0].prompt_ids == tok("count to 12:", add_special_tokens=False)["input_ids"]
     assert [g[0].prompt for g in groups] == prompts
-    # The path a sample takes: completions -> the buffer's episodes -> a padded batch.
-    episodes = to_episodes(groups, [0.0, 1.0, 0.5] * 3, itertools.count())
-    batch = pack(episodes, pad_id=tok.pad_token_id)
+    assert_trainer_recomputes(model, tok, cfg, groups)
+
+
+def assert_trainer_recomputes(
+    model: PreTrainedModel,
+    tok: PreTrainedTokenizerBase,
+    cfg: SamplingConfig,
+    groups: list[list[Completion]],
+) -> None:
+    """The path a sample takes (completions -> the buffer's episodes -> a padded batch), and
+    the trainer's log-probs of every response token equal to the generator's."""
+    rewards = [float(i % 3) / 2 for i in range(sum(len(g) for g in groups))]
+    batch = pack(to_episodes(groups, rewards, itertools.count()), pad_id=tok.pad_token_id)
     with torch.no_grad():
         recomputed = sequence_logprobs(model, batch, cfg.temperature, cfg.top_p, len(tok))
     torch.testing.assert_close(recomputed, batch.behavior_logprobs, atol=1e-4, rtol=0)
@@ -122,11 +133,7 @@ def test_responses_that_end_leave_the_batch_and_the_rest_stay_exact(tiny_checkpo
     lengths = [len(c.response_ids) for g in groups for c in g]
     assert any(c.finished and len(c.response_ids) < 6 for g in groups for c in g), lengths
     assert max(lengths) == 6, lengths  # and at least one ran to the end
-    episodes = to_episodes(groups, [0.0] * 24, itertools.count())
-    batch = pack(episodes, pad_id=tok.pad_token_id)
-    with torch.no_grad():
-        recomputed = sequence_logprobs(model, batch, cfg.temperature, cfg.top_p, len(tok))
-    torch.testing.assert_close(recomputed, batch.behavior_logprobs, atol=1e-4, rtol=0)
+    assert_trainer_recomputes(model, tok, cfg, groups)
 
 
 def test_a_group_prefilled_once_answers_as_repeated_rows_would(tiny_checkpoint: Path) -> None:
