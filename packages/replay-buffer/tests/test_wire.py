@@ -7,7 +7,7 @@ import pickle
 
 import pytest
 import torch
-from replay_buffer import Episode, EpisodeBatch, SampledBatch
+from replay_buffer import Episode, EpisodeBatch, SampledBatch, columns_of
 
 
 def _episode(i: int, *, mask: bool = False, token_adv: bool = False) -> Episode:
@@ -146,7 +146,7 @@ def _expected_columns(episodes: list[Episode]) -> dict[str, torch.Tensor | None]
 
 
 @pytest.mark.parametrize("optional", ["none", "some", "all"])
-def test_columns_hold_every_field_of_a_fresh_and_of_an_unpickled_batch(optional: str) -> None:
+def test_columns_hold_every_field_of_a_list_a_fresh_and_an_unpickled_batch(optional: str) -> None:
     def flags(i: int) -> dict[str, bool]:
         if optional == "none":
             return {}
@@ -158,8 +158,7 @@ def test_columns_hold_every_field_of_a_fresh_and_of_an_unpickled_batch(optional:
     expected = _expected_columns(episodes)
     fresh = EpisodeBatch(episodes)
     back = pickle.loads(pickle.dumps(fresh))
-    for batch in (fresh, back):
-        cols = batch.columns()
+    for cols in (fresh.columns(), back.columns(), columns_of(episodes), columns_of(back)):
         assert len(cols) == 13
         for name, want in expected.items():
             got = getattr(cols, name)

@@ -23,7 +23,7 @@ from replay_buffer.sampling import (
 )
 from replay_buffer.stats import BufferStats
 from replay_buffer.warmup import Warmup
-from replay_buffer.wire import EpisodeBatch
+from replay_buffer.wire import EpisodeBatch, columns_of
 
 if TYPE_CHECKING:
     from replay_buffer.actor import BufferSnapshot, ReplayBufferActor
@@ -47,6 +47,7 @@ __all__ = [
     "SamplingPolicy",
     "UniformSampling",
     "Warmup",
+    "columns_of",
     "make_policy",
 ]
 

@@ -3,12 +3,9 @@ tensor operations instead of a visit to every episode."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-
-from replay_buffer.episode import Episode
 
 
 @dataclass(frozen=True, eq=False)
@@ -55,44 +52,3 @@ class Columns:
         if self.loss_mask is None:
             return int(self.response_lens.sum())
         return int(self.loss_mask.sum())
-
-
-def columns_of(episodes: Sequence[Episode]) -> Columns:
-    """`episodes` field by field (each tensor field concatenated: one copy per field)."""
-    response_lens = torch.tensor([len(e.response_ids) for e in episodes], dtype=torch.long)
-    loss_mask = token_advantages = None
-    if any(e.loss_mask is not None for e in episodes):
-        loss_mask = concat(
-            [
-                e.loss_mask if e.loss_mask is not None else torch.ones(n, dtype=torch.bool)
-                for e, n in zip(episodes, response_lens.tolist(), strict=True)
-            ],
-            torch.bool,
-        )
-    if any(e.token_advantages is not None for e in episodes):
-        token_advantages = concat(
-            [
-                e.token_advantages
-                if e.token_advantages is not None
-                else torch.full((n,), e.advantage, dtype=torch.float32)
-                for e, n in zip(episodes, response_lens.tolist(), strict=True)
-            ],
-            torch.float32,
-        )
-    return Columns(
-        prompt_lens=torch.tensor([len(e.prompt_ids) for e in episodes], dtype=torch.long),
-        response_lens=response_lens,
-        prompt_ids=concat([e.prompt_ids for e in episodes], torch.long),
-        response_ids=concat([e.response_ids for e in episodes], torch.long),
-        behavior_logprobs=concat([e.behavior_logprobs for e in episodes], torch.float32),
-        loss_mask=loss_mask,
-        token_advantages=token_advantages,
-        reward=torch.tensor([e.reward for e in episodes], dtype=torch.float64),
-        advantage=torch.tensor([e.advantage for e in episodes], dtype=torch.float64),
-        policy_version=torch.tensor([e.policy_version for e in episodes], dtype=torch.long),
-    )
-
-
-def concat(tensors: list[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
-    """`tensors` end to end; an empty tensor of `dtype` when there are none."""
-    return torch.cat(tensors) if tensors else torch.empty(0, dtype=dtype)

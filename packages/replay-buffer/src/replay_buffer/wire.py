@@ -19,7 +19,7 @@ from typing import Any, overload
 
 import torch
 
-from replay_buffer.columns import Columns, columns_of, concat
+from replay_buffer.columns import Columns
 from replay_buffer.episode import FIELDS, Episode, cpu_bytes, trusted_episode
 
 _COLUMNS: tuple[tuple[str, torch.dtype], ...] = (
@@ -31,6 +31,7 @@ _OPTIONAL: tuple[tuple[str, torch.dtype], ...] = (
     ("loss_mask", torch.bool),
     ("token_advantages", torch.float32),
 )
+_SCALARS = ("reward", "advantage", "policy_version", "group_id", "metadata")
 
 
 class EpisodeBatch(Sequence[Episode]):
@@ -65,8 +66,8 @@ class EpisodeBatch(Sequence[Episode]):
         """The batch field by field (`Columns`); made once, from the record's buffers when
         the batch was unpickled (no copy), else by concatenating the episodes' fields."""
         if self._columns is None:
-            fields = self._fields
-            self._columns = fields.columns() if fields is not None else columns_of(self._items)
+            fields = self._fields or _Fields.gather(self._items)
+            self._columns = fields.columns()
         return self._columns
 
     @overload
@@ -103,28 +104,18 @@ def pack(episodes: Sequence[Episode]) -> tuple[Any, ...]:
     episode's tensor concatenated), lengths and scalars in lists. `unpack` reverses it."""
     if not all(_plain(e) for e in episodes):
         return ("episodes", tuple(episodes))
-    response_lens = [len(e.response_ids) for e in episodes]
-    columns = {
-        name: cpu_bytes(concat([getattr(e, name) for e in episodes], dtype))
-        for name, dtype in _COLUMNS
-    }
-    optional = {}
-    for name, dtype in _OPTIONAL:
-        present = [getattr(e, name) for e in episodes if getattr(e, name) is not None]
-        if present:
-            optional[name] = (
-                [getattr(e, name) is not None for e in episodes],
-                cpu_bytes(concat(present, dtype)),
-            )
-    scalars = {
-        "reward": [e.reward for e in episodes],
-        "advantage": [e.advantage for e in episodes],
-        "policy_version": [e.policy_version for e in episodes],
-        "group_id": [e.group_id for e in episodes],
-        "metadata": [e.metadata for e in episodes],
-    }
-    prompt_lens = [len(e.prompt_ids) for e in episodes]
-    return ("columns", prompt_lens, response_lens, columns, optional, scalars)
+    f = _Fields.gather(episodes)
+    columns = {name: cpu_bytes(t) for name, t in f.tensors.items()}
+    optional = {name: (has, cpu_bytes(t)) for name, (has, t) in f.optional.items()}
+    return ("columns", f.prompt_lens, f.response_lens, columns, optional, f.scalars)
+
+
+def columns_of(episodes: Sequence[Episode]) -> Columns:
+    """`episodes` field by field: an `EpisodeBatch`'s own `columns()` (no copy when it was
+    unpickled), else each field of every episode concatenated (one copy per field)."""
+    if isinstance(episodes, EpisodeBatch):
+        return episodes.columns()
+    return _Fields.gather(episodes).columns()
 
 
 def unpack(packed: tuple[Any, ...]) -> tuple[Episode, ...]:
@@ -136,9 +127,10 @@ def unpack(packed: tuple[Any, ...]) -> tuple[Episode, ...]:
 
 
 class _Fields:
-    """A packed record's buffers as tensors (one per tensor field, each made once), and the
-    lengths and numbers: what both an unpickled batch's episodes and its `Columns` are
-    views of."""
+    """A batch's fields: one tensor per tensor field (every episode's end to end), the
+    optional ones with which episodes have them, the lengths and the numbers. Read from a
+    packed record (`of`: what an unpickled batch's episodes and its `Columns` are views of)
+    or gathered from episodes (`gather`: what `pack` turns into bytes)."""
 
     def __init__(
         self,
@@ -161,6 +153,22 @@ class _Fields:
             if name in optional
         }
         return cls(prompt_lens, response_lens, tensors, present, scalars)
+
+    @classmethod
+    def gather(cls, episodes: Sequence[Episode]) -> _Fields:
+        """The fields of `episodes`, each tensor field concatenated (one copy per field)."""
+        tensors = {
+            name: _cat([getattr(e, name) for e in episodes], dtype) for name, dtype in _COLUMNS
+        }
+        present = {}
+        for name, dtype in _OPTIONAL:
+            has = [getattr(e, name) is not None for e in episodes]
+            if any(has):
+                kept = [getattr(e, name) for e in episodes if getattr(e, name) is not None]
+                present[name] = (has, _cat(kept, dtype))
+        scalars = {name: [getattr(e, name) for e in episodes] for name in _SCALARS}
+        prompt_lens = [len(e.prompt_ids) for e in episodes]
+        return cls(prompt_lens, [len(e.response_ids) for e in episodes], tensors, present, scalars)
 
     def episodes(self) -> tuple[Episode, ...]:
         lens = {"prompt_ids": self.prompt_lens, "response_ids": self.response_lens}
@@ -194,11 +202,13 @@ class _Fields:
                 filled[name] = data
                 continue
             # An episode without the field gets its meaning spelled out (`Columns`).
-            default = torch.ones(int(response_lens.sum()), dtype=dtype)
             if name == "token_advantages":
                 default = torch.repeat_interleave(advantage.to(dtype), response_lens)
+            else:
+                default = torch.ones(int(response_lens.sum()), dtype=dtype)
             owner = torch.repeat_interleave(torch.tensor(has), response_lens)
-            default[owner] = data
+            default = default.to(data.device)
+            default[owner.to(data.device)] = data
             filled[name] = default
         return Columns(
             prompt_lens=torch.tensor(self.prompt_lens, dtype=torch.long),
@@ -227,6 +237,10 @@ def _unpack_batch(packed: tuple[Any, ...]) -> EpisodeBatch:
 def _plain(e: Episode) -> bool:
     tensors = (e.prompt_ids, e.response_ids, e.behavior_logprobs, e.loss_mask, e.token_advantages)
     return all(t is None or (type(t) is torch.Tensor and t.device.type == "cpu") for t in tensors)
+
+
+def _cat(tensors: list[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
+    return torch.cat(tensors) if tensors else torch.empty(0, dtype=dtype)
 
 
 def _tensor(data: bytes, dtype: torch.dtype) -> torch.Tensor:

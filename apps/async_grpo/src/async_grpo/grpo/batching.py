@@ -10,8 +10,7 @@ import dataclasses
 from collections.abc import Sequence
 
 import torch
-from replay_buffer import Columns, Episode, EpisodeBatch
-from replay_buffer.columns import columns_of
+from replay_buffer import Episode, columns_of
 from torch import Tensor
 from transformers import PreTrainedModel
 
@@ -61,7 +60,9 @@ def pack(
     returns them for the same episodes) is carried along when given."""
     if not episodes:
         raise ValueError("pack: no episodes")
-    cols = columns(episodes)
+    # A batch that crossed from another process is read as it came (no visit to each
+    # episode); anything else is gathered field by field.
+    cols = columns_of(episodes)
     prompt_lens, resp_lens = cols.prompt_lens, cols.response_lens
     seq_len = int((prompt_lens + resp_lens).max())
     resp_len = int(resp_lens.max())
@@ -98,12 +99,6 @@ def pack(
         ref_logprobs=ref_logprobs,
         advantages=advantages,
     )
-
-
-def columns(episodes: Sequence[Episode]) -> Columns:
-    """`episodes` field by field: a batch that crossed from another process reads its
-    record's buffers as they came (no visit to each episode), anything else is gathered."""
-    return episodes.columns() if isinstance(episodes, EpisodeBatch) else columns_of(episodes)
 
 
 def _positions(lengths: Tensor) -> tuple[Tensor, Tensor]:

@@ -14,12 +14,12 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 
 import torch
-from replay_buffer import Episode
+from replay_buffer import Episode, columns_of
 from torch import Tensor
 from transformers import PreTrainedModel
 
 from async_grpo.config.schema import SamplingConfig, TrainerConfig
-from async_grpo.grpo.batching import columns, pack, sequence_logprobs_and_entropy
+from async_grpo.grpo.batching import pack, sequence_logprobs_and_entropy
 from async_grpo.grpo.loss import LossStats, grpo_loss
 
 
@@ -147,7 +147,7 @@ class TrainerCore:
             batch.response_mask,
             loss_cfg,
             ref_logprobs=batch.ref_logprobs,
-            token_count=columns(episodes).policy_tokens,
+            token_count=columns_of(episodes).policy_tokens,
             entropy=entropy if loss_cfg.entropy_coef > 0 else entropy.detach(),
         )
         lr = learning_rate(self.cfg, self.version, self.total_steps)
