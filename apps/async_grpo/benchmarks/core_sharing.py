@@ -25,6 +25,7 @@ import os
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from multiprocessing.synchronize import Event
 from pathlib import Path
 
@@ -61,12 +62,14 @@ def _neighbour(kind: str, model_path: str, ready: Event, stop: Event) -> None:
         generate(model, tok, prompts, tiny().sampling, 0, generator=rng)
 
 
-def _trainer(model_path: str):  # type: ignore[no-untyped-def]
+def _trainer(model_path: str) -> Callable[[], object]:
+    """One train step of the tiny preset on a fixed batch of 128 episodes (4 + 8 tokens)."""
     import torch  # noqa: PLC0415
     from async_grpo.config.presets import tiny  # noqa: PLC0415
     from async_grpo.grpo.step import TrainerCore  # noqa: PLC0415
     from async_grpo.model.policy import load_policy, load_tokenizer  # noqa: PLC0415
-    from replay_buffer import Episode, EpisodeBatch  # noqa: PLC0415
+    from replay_buffer import EpisodeBatch  # noqa: PLC0415
+    from replay_buffer.testing import make_episode  # noqa: PLC0415
 
     torch.set_num_threads(1)
     cfg, tok = tiny(), load_tokenizer(model_path)
@@ -78,23 +81,14 @@ def _trainer(model_path: str):  # type: ignore[no-untyped-def]
         pad_id=int(tok.pad_token_id or 0),
         total_steps=10_000,
     )
-    g = torch.Generator().manual_seed(0)
     batch = EpisodeBatch(
-        Episode(
-            prompt_ids=torch.randint(0, len(tok), (4,), generator=g),
-            response_ids=torch.randint(0, len(tok), (8,), generator=g),
-            behavior_logprobs=-torch.rand(8, generator=g),
-            reward=float(i % 2),
-            advantage=float(i % 2) - 0.5,
-            policy_version=0,
-            group_id=i // 16,
-        )
+        make_episode(group_id=i // 16, prompt_len=4, response_len=8, advantage=i % 2 - 0.5)
         for i in range(128)
     )
     return lambda: core.step(batch, None)
 
 
-def _time_steps(step, n: int) -> list[float]:  # type: ignore[no-untyped-def]
+def _time_steps(step: Callable[[], object], n: int) -> list[float]:
     times = []
     for _ in range(n):
         start = time.perf_counter()
