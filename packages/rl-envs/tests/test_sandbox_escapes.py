@@ -326,7 +326,7 @@ def test_filling_dev_shm_stops_at_its_cap(sandbox: Sandbox) -> None:
         assert shutil.disk_usage("/dev/shm").used < shm_before + 8 * 2**20
 
 
-def test_a_killed_host_process_leaves_no_sandbox_behind(sandbox: Sandbox) -> None:
+def test_a_killed_host_process_leaves_no_sandbox_behind(sandbox: Sandbox, tmp_path: Path) -> None:
     # The process running the sandbox (an environment replica, say) is SIGKILLed while its
     # program sleeps: nothing of the sandbox may outlive it. (Before the outer bubblewrap had
     # a PID namespace of its own, the inner one and the program lived on, reparented to
@@ -335,6 +335,9 @@ def test_a_killed_host_process_leaves_no_sandbox_behind(sandbox: Sandbox) -> Non
     # set its own parent-death signal, leaves both bubblewrap processes behind (seen once on
     # a loaded machine, when this test killed on the first sight of bubblewrap).
     del sandbox  # skips without bubblewrap
+    # A file, not a pipe: a bubblewrap process that outlived the host would hold a pipe
+    # open, and reading it would wait for that process instead of failing.
+    stderr = (tmp_path / "host.stderr").open("wb")
     host = subprocess.Popen(
         [
             sys.executable,
@@ -344,8 +347,9 @@ def test_a_killed_host_process_leaves_no_sandbox_behind(sandbox: Sandbox) -> Non
             "limits=SandboxLimits(wall_seconds=60, cpu_seconds=60))",
         ],
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stderr=stderr,
     )
+    stderr.close()
     # CI once saw no program within 30 s and printed nothing more: a failure now says
     # whether the host process had exited (and what it wrote) or was still running.
     deadline = time.monotonic() + 60
@@ -354,11 +358,12 @@ def test_a_killed_host_process_leaves_no_sandbox_behind(sandbox: Sandbox) -> Non
     if not sandboxed_programs():
         running = host.poll() is None
         host.kill()
-        _, err = host.communicate(timeout=30)
+        host.wait()
         state = "still running after 60 s" if running else f"exited with {host.returncode}"
+        err = (tmp_path / "host.stderr").read_text(errors="replace")
         pytest.fail(
             f"the sandboxed program never started; the host process {state}, its stderr: "
-            f"{err.decode(errors='replace')[-3000:]!r}"
+            f"{err[-3000:]!r}"
         )
     os.kill(host.pid, signal.SIGKILL)
     host.wait()
