@@ -143,9 +143,10 @@ def sample(
         tokens[going, t] = token
         logprobs[going, t] = logp.gather(-1, token.unsqueeze(-1)).squeeze(-1)
         open_ = token != eos
-        if t == steps - 1 or not bool(open_.any()):
+        still = int(open_.sum())  # one host sync a token, as before
+        if t == steps - 1 or still == 0:
             break
-        if not bool(open_.all()):
+        if still < len(going):
             keep = open_.nonzero().squeeze(-1)
             going, token, attention, position = (
                 x[keep] for x in (going, token, attention, position)
