@@ -12,7 +12,7 @@ from replay_buffer import Episode
 from async_grpo import tracing
 from async_grpo.actors.cores import share_cores
 from async_grpo.config.schema import SamplingConfig
-from async_grpo.grpo.batching import pack, sequence_logprobs
+from async_grpo.grpo.batching import pack, sequence_logprobs_in_passes
 from async_grpo.model.policy import load_policy, load_tokenizer, torch_device, torch_dtype
 
 
@@ -25,6 +25,7 @@ class ReferenceModel(Actor):
         sampling: SamplingConfig,
         dtype: str = "float32",
         device: str = "auto",
+        micro_batch_tokens: int = 0,
     ) -> None:
         share_cores()  # at the run's own priority: the loop waits on this process
         tracing.start_from_env("reference")
@@ -34,15 +35,20 @@ class ReferenceModel(Actor):
         self._model = load_policy(model_path, torch_dtype(dtype)).to(self._device)  # type: ignore[arg-type]
         tokenizer = load_tokenizer(model_path)
         self._vocab, self._pad = len(tokenizer), int(tokenizer.pad_token_id or 0)
-        self._sampling = sampling
+        self._sampling, self._micro_batch_tokens = sampling, micro_batch_tokens
 
     @endpoint
     async def logprobs(self, episodes: Sequence[Episode]) -> torch.Tensor:
         """[B, T] the reference log-prob of every response token of `episodes`, laid out as
         `batching.pack` lays out the same episodes (0 on padding)."""
         batch = pack(episodes, self._pad).to(self._device)
-        with tracing.span("logprobs", episodes=len(episodes)), torch.no_grad():
-            logprobs = sequence_logprobs(
-                self._model, batch, self._sampling.temperature, self._sampling.top_p, self._vocab
+        with tracing.span("logprobs", episodes=len(episodes)):
+            logprobs = sequence_logprobs_in_passes(
+                self._model,
+                batch,
+                self._sampling.temperature,
+                self._sampling.top_p,
+                self._vocab,
+                token_budget=self._micro_batch_tokens,
             )
-        return logprobs.float().cpu()
+        return logprobs.cpu()

@@ -63,6 +63,10 @@ def tiny() -> RunConfig:
             warmup_steps=20,
             min_lr_ratio=0.1,
             batch_size=128,
+            # Two passes of ~64 episodes sorted by length: they pad less and stay in cache
+            # (train step alone 1.10x-1.16x faster than one pass, measured in
+            # apps/async_grpo/README.md, "Async vs sync"; 512-1024 measured the same).
+            micro_batch_tokens=768,
             loss=LossConfig(entropy_coef=0.1, kl_coef=0.0),
         ),
         buffer=BufferConfig(max_policy_age=1, capacity=1024),

@@ -247,6 +247,13 @@ class TrainerConfig:
     """Maximum global gradient norm (> 0)."""
     batch_size: int = 64
     """Episodes per train step: a positive multiple of `sampling.group_size`."""
+    micro_batch_tokens: int = 0
+    """Most padded tokens (rows x longest prompt + response) one forward and backward pass
+    holds: a step's episodes, sorted by length, go through the model in as few such passes
+    as fit, their gradients summed (the same step, up to float rounding; a sequence longer
+    than this goes alone). Bounds activation memory; on a CPU, shorter passes also pad less
+    and stay in cache. 0: the whole batch (a rank's share) in one pass. The reference model
+    passes its batches the same way."""
     advantage_scale: AdvantageScale = "std"
     """What a group's centred rewards are divided by: "std" (GRPO), "mean" (MaxRL's mean,
     measured from the group's lowest reward: for 0/1 rewards the supervised gradient in

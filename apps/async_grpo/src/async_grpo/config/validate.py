@@ -41,6 +41,7 @@ def validate(cfg: RunConfig) -> None:
         ("trainer.weight_decay", 0 <= t.weight_decay < float("inf"), ">= 0 and finite"),
         ("trainer.grad_clip", t.grad_clip > 0, "> 0"),
         ("trainer.batch_size", t.batch_size >= 1, ">= 1"),
+        ("trainer.micro_batch_tokens", t.micro_batch_tokens >= 0, ">= 0 (0: one pass)"),
         ("trainer.procs", t.procs >= 1, ">= 1"),
         ("trainer.lora.rank", t.lora.rank >= 0, ">= 0 (0: no adapters)"),
         ("trainer.lora.alpha", t.lora.alpha > 0, "> 0"),

@@ -1,4 +1,5 @@
-"""Turning episodes into padded tensors, and recomputing their log-probs with a model.
+"""Turning episodes into padded tensors, cutting them into micro-batches, and recomputing
+their log-probs with a model.
 
 The trainer and the reference model both call `sequence_logprobs`; it goes through
 `logprobs.token_logprobs_and_entropy`, the same distribution the generator sampled from.
@@ -52,6 +53,27 @@ class TrainBatch:
             advantages=self.advantages.to(device),
         )
 
+    @property
+    def seq_lens(self) -> Tensor:
+        """[B] each row's real tokens (prompt + response)."""
+        return self.attention_mask.sum(1)
+
+    def select(self, rows: Tensor) -> TrainBatch:
+        """Rows `rows` [R] (indices) of this batch, in that order, padded only to their own
+        longest sequence and response: the batch a pass over just those episodes needs."""
+        seq = int(self.seq_lens[rows].max())
+        resp = int((self.seq_lens[rows] - self.response_start[rows]).max())
+        adv = self.advantages[rows]
+        return TrainBatch(
+            input_ids=self.input_ids[rows, :seq],
+            attention_mask=self.attention_mask[rows, :seq],
+            response_start=self.response_start[rows],
+            response_mask=self.response_mask[rows, :resp],
+            behavior_logprobs=self.behavior_logprobs[rows, :resp],
+            ref_logprobs=None if self.ref_logprobs is None else self.ref_logprobs[rows, :resp],
+            advantages=adv if adv.dim() == 1 else adv[:, :resp],
+        )
+
 
 def pack(
     episodes: Sequence[Episode], pad_id: int, ref_logprobs: Tensor | None = None
@@ -101,6 +123,32 @@ def pack(
     )
 
 
+def micro_batches(seq_lens: Tensor, token_budget: int, at_least: int = 1) -> list[Tensor]:
+    """Rows of a batch, as index tensors, cut into micro-batches (one forward and backward
+    pass each) by `seq_lens` [B], each row's tokens: the rows sorted by length (stable) and
+    cut into the fewest runs of equal size (within one row) whose padded size, rows times
+    the run's longest sequence, is at most `token_budget` tokens, and at least `at_least`
+    runs (never more than B: a row longer than the budget goes alone). Sorting first keeps
+    short rows together, so a pass pads little. `token_budget` 0: every row in one pass, in
+    batch order (when `at_least` is 1)."""
+    b = len(seq_lens)
+    if b == 0:
+        raise ValueError("micro_batches: no rows")
+    if token_budget < 0 or at_least < 1:
+        raise ValueError(
+            f"token_budget must be >= 0 and at_least >= 1, got {token_budget}, {at_least}"
+        )
+    if token_budget == 0 and at_least == 1:
+        return [torch.arange(b)]
+    order = torch.sort(seq_lens, stable=True).indices
+    for runs in range(min(at_least, b), b + 1):
+        cuts = [order[i * b // runs : (i + 1) * b // runs] for i in range(runs)]
+        # Sorted: a run's longest row is its last.
+        if token_budget == 0 or all(len(c) * int(seq_lens[c[-1]]) <= token_budget for c in cuts):
+            return cuts
+    return cuts
+
+
 def _positions(lengths: Tensor) -> tuple[Tensor, Tensor]:
     """For rows of `lengths` [B] tokens laid end to end: each token's row and its index
     within its row, both [sum(lengths)]."""
@@ -115,6 +163,26 @@ def sequence_logprobs(
     """[B, T] log-probs of each response token under `model`'s sampling distribution
     (0 on padding). Carries gradient when called outside `torch.no_grad`."""
     return sequence_logprobs_and_entropy(model, batch, temperature, top_p, vocab_size)[0]
+
+
+def sequence_logprobs_in_passes(
+    model: PreTrainedModel,
+    batch: TrainBatch,
+    temperature: float,
+    top_p: float,
+    vocab_size: int,
+    *,
+    token_budget: int,
+) -> Tensor:
+    """`sequence_logprobs` [B, T] without gradient, computed in micro-batches of at most
+    `token_budget` padded tokens (`micro_batches`; 0: one pass)."""
+    out = torch.zeros(batch.response_mask.shape, device=batch.response_mask.device)
+    with torch.no_grad():
+        for rows in micro_batches(batch.seq_lens, token_budget):
+            part = batch.select(rows)
+            lp = sequence_logprobs(model, part, temperature, top_p, vocab_size)
+            out[rows.to(out.device), : lp.shape[1]] = lp.float()
+    return out
 
 
 def sequence_logprobs_and_entropy(

@@ -14,12 +14,17 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 
 import torch
-from replay_buffer import Episode, columns_of
+from replay_buffer import Episode
 from torch import Tensor
 from transformers import PreTrainedModel
 
 from async_grpo.config.schema import SamplingConfig, TrainerConfig
-from async_grpo.grpo.batching import pack, sequence_logprobs_and_entropy
+from async_grpo.grpo.batching import (
+    TrainBatch,
+    micro_batches,
+    pack,
+    sequence_logprobs_and_entropy,
+)
 from async_grpo.grpo.loss import LossStats, grpo_loss
 
 
@@ -128,35 +133,42 @@ class TrainerCore:
     def step(self, episodes: Sequence[Episode], ref_logprobs: Tensor | None) -> StepStats:
         """One GRPO step on this rank's rows of `episodes` (the whole batch, in group order;
         `ref_logprobs` [B, T] for the whole batch, or None). Raises `NonFiniteError`, with the
-        weights and the version unchanged, when the loss or the gradient is not finite."""
-        rows = rank_rows(len(episodes), self.sampling.group_size, self.rank, self.world_size)
-        mine = episodes[rows]
-        ref = None
-        if ref_logprobs is not None:
-            ref = ref_logprobs[rows, : max(len(e.response_ids) for e in mine)]
+        weights and the version unchanged, when the loss or the gradient is not finite.
+
+        The rows go through the model in micro-batches of at most
+        `cfg.micro_batch_tokens` padded tokens (`batching.micro_batches`), their gradients
+        summed: every token's loss is divided by the whole batch's token count, so the
+        step is the one a single pass would take, up to float rounding."""
+        whole = pack(episodes, self.pad_id, ref_logprobs)
+        token_count = int(whole.response_mask.sum())
+        budget, lens = self.cfg.micro_batch_tokens, whole.seq_lens
+        ranks = [
+            rank_rows(len(episodes), self.sampling.group_size, r, self.world_size)
+            for r in range(self.world_size)
+        ]
+        # Every rank runs the same collectives in each pass, so all make as many passes as
+        # the rank that needs the most.
+        passes = max(len(micro_batches(lens[r], budget)) for r in ranks)
+        mine = torch.arange(len(episodes))[ranks[self.rank]]
+        plan = [mine[run] for run in micro_batches(lens[mine], budget, at_least=passes)]
         device = next(self.model.parameters()).device
-        batch = pack(mine, self.pad_id, ref).to(device)
-        lp, entropy = sequence_logprobs_and_entropy(
-            self.model, batch, self.sampling.temperature, self.sampling.top_p, self.vocab_size
-        )
-        loss_cfg = self.cfg.loss
-        loss, stats = grpo_loss(
-            lp,
-            batch.behavior_logprobs,
-            batch.advantages,
-            batch.response_mask,
-            loss_cfg,
-            ref_logprobs=batch.ref_logprobs,
-            token_count=columns_of(episodes).policy_tokens,
-            entropy=entropy if loss_cfg.entropy_coef > 0 else entropy.detach(),
-        )
+        self.optimizer.zero_grad(set_to_none=True)
+        parts = []
+        for rows in plan:
+            loss, part = self._loss(whole.select(rows).to(device), token_count)
+            # Backward even when the loss is not finite: every rank must run the same
+            # collectives, and the global gradient norm then tells every rank to refuse it.
+            (loss * self.world_size).backward()  # type: ignore[no-untyped-call]
+            parts.append(part)
+        for _ in range(passes - len(plan)):
+            # Fewer rows than another rank's passes: one row weighted 0 keeps the
+            # collectives in step without changing the gradient.
+            loss, _ = self._loss(whole.select(plan[0][:1]).to(device), token_count)
+            (loss * 0.0).backward()  # type: ignore[no-untyped-call]
+        stats = add_stats(parts)
         lr = learning_rate(self.cfg, self.version, self.total_steps)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        self.optimizer.zero_grad(set_to_none=True)
-        # Backward even when the loss is not finite: every rank must run the same
-        # collectives, and the global gradient norm then tells every rank to refuse the step.
-        (loss * self.world_size).backward()  # type: ignore[no-untyped-call]
         norm = torch.nn.utils.clip_grad_norm_(self.trained, self.cfg.grad_clip)
         grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
         if not (math.isfinite(stats.loss) and math.isfinite(grad_norm)):
@@ -171,6 +183,23 @@ class TrainerCore:
         self.optimizer.step()
         self.version += 1
         return StepStats(stats, grad_norm, lr)
+
+    def _loss(self, batch: TrainBatch, token_count: int) -> tuple[Tensor, LossStats]:
+        """The GRPO loss of one pass over `batch`, every token divided by `token_count`."""
+        lp, entropy = sequence_logprobs_and_entropy(
+            self.model, batch, self.sampling.temperature, self.sampling.top_p, self.vocab_size
+        )
+        loss_cfg = self.cfg.loss
+        return grpo_loss(
+            lp,
+            batch.behavior_logprobs,
+            batch.advantages,
+            batch.response_mask,
+            loss_cfg,
+            ref_logprobs=batch.ref_logprobs,
+            token_count=token_count,
+            entropy=entropy if loss_cfg.entropy_coef > 0 else entropy.detach(),
+        )
 
 
 def check_finite(state: dict[str, Tensor], version: int) -> None:

@@ -224,6 +224,7 @@ async def spawn_components(
                 cfg.sampling,
                 cfg.model.dtype,
                 prep.devices.reference_device,
+                cfg.trainer.micro_batch_tokens,
             )
             if cfg.trainer.loss.kl_coef > 0
             else _ready(None),

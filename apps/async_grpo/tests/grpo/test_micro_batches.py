@@ -1,0 +1,145 @@
+"""A train step in micro-batches (`trainer.micro_batch_tokens`): how rows are cut, what one
+pass over some rows holds, and that the step and the reference's log-probs are the ones a
+single pass gives."""
+
+import itertools
+from pathlib import Path
+
+import pytest
+import torch
+from async_grpo.config.schema import LossConfig, SamplingConfig, TrainerConfig
+from async_grpo.generation.decoding import generate
+from async_grpo.generation.episodes import to_episodes
+from async_grpo.grpo.batching import micro_batches, pack, sequence_logprobs_in_passes
+from async_grpo.grpo.step import TrainerCore
+from async_grpo.model.policy import load_policy, load_tokenizer
+from replay_buffer import Episode
+
+
+def runs(lens: list[int], budget: int, at_least: int = 1) -> list[list[int]]:
+    return [r.tolist() for r in micro_batches(torch.tensor(lens), budget, at_least)]
+
+
+def test_rows_are_sorted_by_length_and_cut_into_the_fewest_runs_within_the_budget() -> None:
+    lens = [5, 3, 9, 3]  # sorted: rows 1, 3 (3 tokens), 0 (5), 2 (9)
+    assert runs(lens, 0) == [[0, 1, 2, 3]]  # no budget: one pass, batch order
+    assert runs(lens, 36) == [[1, 3, 0, 2]]  # 4 rows x 9 tokens fit exactly
+    assert runs(lens, 35) == [[1, 3], [0, 2]]  # 2 x 3 and 2 x 9 tokens
+    assert runs(lens, 18) == [[1, 3], [0, 2]]
+    # Three runs ([1], [3], [0, 2]) would still pad 2 x 9 = 18: only single rows fit.
+    assert runs(lens, 17) == [[1], [3], [0], [2]]
+    assert runs(lens, 4) == [[1], [3], [0], [2]]  # rows longer than the budget go alone
+    assert runs(lens, 0, at_least=3) == [[1], [3], [0, 2]]
+    assert runs(lens, 36, at_least=2) == [[1, 3], [0, 2]]
+    assert runs(lens, 36, at_least=9) == [[1], [3], [0], [2]]  # never more runs than rows
+    assert runs([4, 4, 4], 8) == [[0], [1, 2]]  # equal lengths keep their order
+    with pytest.raises(ValueError, match="no rows"):
+        micro_batches(torch.tensor([], dtype=torch.long), 8)
+    with pytest.raises(ValueError, match="token_budget must be >= 0"):
+        micro_batches(torch.tensor([3]), -1)
+
+
+def episode(prompt: list[int], response: list[int], **extra: object) -> Episode:
+    n = len(response)
+    return Episode(
+        prompt_ids=torch.tensor(prompt),
+        response_ids=torch.tensor(response),
+        behavior_logprobs=-torch.arange(1, n + 1, dtype=torch.float32) / 4,
+        reward=0.0,
+        advantage=0.5,
+        policy_version=0,
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+def test_rows_of_a_packed_batch_are_the_batch_packed_from_those_episodes() -> None:
+    episodes = [
+        episode([3, 4, 5], [6, 6, 6, 6]),
+        episode([3], [7, 8, 9], loss_mask=torch.tensor([True, False, True])),
+        episode([3, 4], [6], token_advantages=torch.tensor([1.0])),
+        episode([3, 4, 5, 5], [6, 7]),
+    ]
+    ref = -torch.arange(16, dtype=torch.float32).view(4, 4) / 8
+    whole = pack(episodes, pad_id=0, ref_logprobs=ref)
+    for rows in ([1, 2], [2, 0], [3], [0, 1, 2, 3]):
+        part = whole.select(torch.tensor(rows))
+        alone = pack([episodes[i] for i in rows], pad_id=0)
+        t = alone.response_mask.shape[1]
+        for name in ("input_ids", "attention_mask", "response_start", "response_mask"):
+            assert torch.equal(getattr(part, name), getattr(alone, name)), (rows, name)
+        assert torch.equal(part.behavior_logprobs, alone.behavior_logprobs), rows
+        assert part.ref_logprobs is not None
+        assert torch.equal(part.ref_logprobs, ref[rows, :t]), rows
+        # The whole batch has per-token advantages (episode 2's), so every selection keeps
+        # them per token, the others' advantage repeated on their real tokens.
+        assert part.advantages.shape == (len(rows), t)
+        assert torch.equal(part.advantages * part.response_mask.bool(), alone_advantages(alone))
+
+
+def alone_advantages(batch: object) -> torch.Tensor:
+    adv: torch.Tensor = batch.advantages  # type: ignore[attr-defined]
+    mask: torch.Tensor = batch.response_mask  # type: ignore[attr-defined]
+    full = adv if adv.dim() == 2 else adv.unsqueeze(1).expand_as(mask)
+    return full * mask.bool()
+
+
+def cores(checkpoint: Path, budgets: tuple[int, ...], loss: LossConfig) -> list[TrainerCore]:
+    tok = load_tokenizer(str(checkpoint))
+    out = []
+    for budget in budgets:
+        cfg = TrainerConfig(lr=1e-2, loss=loss, micro_batch_tokens=budget)
+        out.append(
+            TrainerCore(
+                load_policy(str(checkpoint)),
+                cfg,
+                SamplingConfig(group_size=4, max_new_tokens=6),
+                vocab_size=len(tok),
+                pad_id=int(tok.pad_token_id),
+                total_steps=10,
+            )
+        )
+    return out
+
+
+def test_a_step_in_micro_batches_is_the_step_of_one_pass(tiny_checkpoint: Path) -> None:
+    loss = LossConfig(kl_coef=0.1, entropy_coef=0.05)
+    # 0: one pass; 30: a few rows a pass; 1: every row alone.
+    one, few, single = cores(tiny_checkpoint, (0, 30, 1), loss)
+    sampling = one.sampling
+    tok = load_tokenizer(str(tiny_checkpoint))
+    prompts = ["count to 2:", "count to 5:", "count to 6:"]
+    groups = generate(
+        one.model, tok, prompts, sampling, 0, generator=torch.Generator().manual_seed(3)
+    )
+    rewards = [float(i % 3) / 2 for i in range(len(prompts) * sampling.group_size)]
+    episodes = to_episodes(groups, rewards, itertools.count())
+    lens = [len(e.prompt_ids) + len(e.response_ids) for e in episodes]
+    assert len(set(lens)) > 2, lens  # lengths that make the passes differ
+    whole = pack(episodes, one.pad_id)
+    ref = sequence_logprobs_in_passes(
+        load_policy(str(tiny_checkpoint)), whole, 1.0, 1.0, one.vocab_size, token_budget=0
+    )
+    # The reference's passes give the one pass's log-probs, in batch order.
+    for budget in (30, 1):
+        passed = sequence_logprobs_in_passes(
+            load_policy(str(tiny_checkpoint)), whole, 1.0, 1.0, one.vocab_size, token_budget=budget
+        )
+        torch.testing.assert_close(passed, ref, rtol=0, atol=1e-6)
+    results = [core.step(episodes, ref) for core in (one, few, single)]
+    base = results[0]
+    for got in results[1:]:
+        assert got.loss.tokens == base.loss.tokens
+        for field in ("loss", "policy_loss", "kl", "ratio_mean", "clip_frac", "entropy"):
+            assert getattr(got.loss, field) == pytest.approx(
+                getattr(base.loss, field), rel=1e-5, abs=1e-7
+            ), field
+        assert got.grad_norm == pytest.approx(base.grad_norm, rel=1e-5)
+    # The gradients themselves (the step leaves them in place), not the weights: Adam's first
+    # step moves every weight by about lr whatever its gradient's size, so rounding in a
+    # near-zero gradient would show there as a difference of lr.
+    grads = {n: p.grad for n, p in one.model.named_parameters()}
+    for core in (few, single):
+        for name, p in core.model.named_parameters():
+            assert p.grad is not None and grads[name] is not None, name
+            torch.testing.assert_close(p.grad, grads[name], rtol=1e-4, atol=1e-7, msg=name)
+    assert one.version == few.version == single.version == 1
