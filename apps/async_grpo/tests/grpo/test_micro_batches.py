@@ -140,6 +140,8 @@ def test_a_step_in_micro_batches_is_the_step_of_one_pass(tiny_checkpoint: Path) 
     grads = {n: p.grad for n, p in one.model.named_parameters()}
     for core in (few, single):
         for name, p in core.model.named_parameters():
-            assert p.grad is not None and grads[name] is not None, name
-            torch.testing.assert_close(p.grad, grads[name], rtol=1e-4, atol=1e-7, msg=name)
+            want = grads[name]
+            assert want is not None, name
+            assert p.grad is not None, name
+            torch.testing.assert_close(p.grad, want, rtol=1e-4, atol=1e-7, msg=name)
     assert one.version == few.version == single.version == 1
