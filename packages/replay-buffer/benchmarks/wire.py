@@ -17,6 +17,10 @@ the batch pays). The sender builds a new batch for each send, as a real sender d
 pickled a second time reuses its record). Episodes have a 16-token prompt and 8 to 39
 response tokens; a third of them carry a `loss_mask`. The ratios printed are list time /
 batch time, all measured in this run.
+
+A checkpoint's cut sends the buffer's whole `state_dict` to the caller: it is timed as the
+plain state (a dict of fields per episode, a pickled tensor each) and as the
+`BufferSnapshot` the actor answers with (its episodes one columnar record).
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
-from replay_buffer import Episode, EpisodeBatch
+from replay_buffer import Episode, EpisodeBatch, ReplayBuffer
+from replay_buffer.actor import BufferSnapshot
 
 
 @dataclass(frozen=True)
@@ -90,8 +95,26 @@ def measure(n: int, rounds: int) -> list[Row]:
             lambda: pickle.loads(data).columns(),
         ),
     )
+    buffer = ReplayBuffer()
+    buffer.add_many(episodes)
+    state = buffer.state_dict()
+    state_data = pickle.dumps(state)
+    snap_data = pickle.dumps(BufferSnapshot(state, ()))
+    forms += (
+        (
+            "state dict",
+            functools.partial(pickle.dumps, state),
+            functools.partial(pickle.loads, state_data),
+        ),
+        (
+            "snapshot",
+            lambda: pickle.dumps(BufferSnapshot(state, ())),
+            functools.partial(pickle.loads, snap_data),
+        ),
+    )
+    sent = {"list": episodes, "state dict": state, "snapshot": BufferSnapshot(state, ())}
     for form, dumps, loads in forms:
-        size = len(pickle.dumps(episodes if form == "list" else EpisodeBatch(episodes)))
+        size = len(pickle.dumps(sent.get(form, EpisodeBatch(episodes))))
         rows.append(
             Row(
                 episodes=n,
@@ -119,12 +142,14 @@ def main() -> None:
             f"{row.bytes:>9}"
         )
     for n in sizes:
-        plain, batch, cols = (r for r in rows if r.episodes == n)
+        plain, batch, cols, state, snap = (r for r in rows if r.episodes == n)
         dumps = plain.dumps_ms / batch.dumps_ms
         print(
             f"{n} episodes: list / EpisodeBatch CPU time, dumps {dumps:.2f}x, "
             f"loads {plain.loads_ms / batch.loads_ms:.2f}x (episodes read), "
-            f"{plain.loads_ms / cols.loads_ms:.2f}x (columns read)"
+            f"{plain.loads_ms / cols.loads_ms:.2f}x (columns read); state dict / snapshot, "
+            f"dumps {state.dumps_ms / snap.dumps_ms:.2f}x, "
+            f"loads {state.loads_ms / snap.loads_ms:.2f}x"
         )
     if args.json:
         with open(args.json, "w") as f:

@@ -6,11 +6,13 @@ from __future__ import annotations
 import copy
 import dataclasses
 import io
+import pickle
 from typing import Any
 
 import pytest
 import torch
 from replay_buffer import Episode, FifoSampling, ReplayBuffer, ReplayBufferConfig
+from replay_buffer.actor import BufferSnapshot
 from replay_buffer.testing import make_episode, make_group, states_equal
 
 CONFIGS = [
@@ -223,3 +225,31 @@ def test_token_advantages_are_restored() -> None:
     (episode,) = batch.episodes
     assert episode.token_advantages is not None
     assert episode.token_advantages.tolist() == list(range(n))
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.sampling)
+def test_a_snapshot_crosses_as_one_record_and_arrives_whole(config: ReplayBufferConfig) -> None:
+    original = busy_buffer(config)
+    plain = make_episode(policy_version=3, metadata={"id": 900})
+    n = len(plain.response_ids)
+    original.add_many(
+        [
+            dataclasses.replace(plain, loss_mask=torch.tensor([True, False] * (n // 2))),
+            dataclasses.replace(
+                plain, metadata={"id": 901}, token_advantages=torch.linspace(-1, 1, n)
+            ),
+        ]
+    )
+    state = original.state_dict()
+    data = pickle.dumps(BufferSnapshot(state, groups=((7, 3),)))
+    # Its episodes are bytes of one columnar record, not a pickled tensor each.
+    assert b"_rebuild_tensor" not in data
+    back = pickle.loads(data)
+    assert back.groups == ((7, 3),)
+    assert states_equal(back.state, state)
+    restored = ReplayBuffer(config)
+    restored.load_state_dict(back.state)
+    for version in range(4, 7):
+        fill(original, 100 * version, 6, version)
+        fill(restored, 100 * version, 6, version)
+        assert sample_ids(original, version, 4) == sample_ids(restored, version, 4)

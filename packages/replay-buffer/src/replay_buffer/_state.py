@@ -7,6 +7,7 @@ it. Decoding checks everything before the caller changes any state.
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
@@ -14,8 +15,9 @@ from typing import Any
 
 from replay_buffer._store import Item
 from replay_buffer.config import ReplayBufferConfig
-from replay_buffer.episode import Episode
+from replay_buffer.episode import Episode, trusted_episode
 from replay_buffer.stats import Counters
+from replay_buffer.wire import EpisodeBatch
 
 FORMAT_VERSION = 3
 # Version 1 had no `loss_mask` per episode, version 2 no `token_advantages`; their episodes
@@ -78,6 +80,37 @@ def encode(
         ],
         "counters": counters.state_dict(),
     }
+
+
+def episodes_apart(state: Mapping[str, Any]) -> tuple[dict[str, Any], EpisodeBatch]:
+    """`state` (as `encode` wrote it) with its episodes taken out, in item order, into one
+    `EpisodeBatch`, each item's list replaced by its length; `episodes_back` reverses it.
+    How a state crosses a process boundary: one columnar record instead of a few tensors
+    per episode (256 episodes: ~3 ms to pickle and unpickle instead of ~90)."""
+    items = state["items"]
+    episodes = EpisodeBatch(
+        trusted_episode([e[name] for name in _EPISODE_FIELDS])
+        for item in items
+        for e in item["episodes"]
+    )
+    shell = [{**item, "episodes": len(item["episodes"])} for item in items]
+    return {**state, "items": shell}, episodes
+
+
+def episodes_back(shell: Mapping[str, Any], episodes: EpisodeBatch) -> dict[str, Any]:
+    """The state `episodes_apart` took apart."""
+    held = iter(episodes)
+    items = [
+        {
+            **item,
+            "episodes": [
+                {name: getattr(e, name) for name in _EPISODE_FIELDS}
+                for e in itertools.islice(held, item["episodes"])
+            ],
+        }
+        for item in shell["items"]
+    ]
+    return {**shell, "items": items}
 
 
 def decode(state: object, *, config: ReplayBufferConfig, policy_type: str) -> Restored:

@@ -38,12 +38,14 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast
 
 from monarch.actor import Actor, concurrent_endpoint
 
+from replay_buffer import _state
 from replay_buffer.batch import SampledBatch
 from replay_buffer.buffer import ReplayBuffer
 from replay_buffer.config import ReplayBufferConfig
 from replay_buffer.episode import Episode, GroupId
 from replay_buffer.sampling import SamplingPolicy
 from replay_buffer.stats import BufferStats
+from replay_buffer.wire import EpisodeBatch
 
 if TYPE_CHECKING:
     from monarch._src.actor.endpoint import EndpointProperty
@@ -74,6 +76,18 @@ class BufferSnapshot:
 
     state: dict[str, Any]
     groups: tuple[tuple[GroupId, int], ...]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The held episodes travel as one columnar record: a checkpoint holds training
+        # while its snapshot crosses to the caller.
+        shell, episodes = _state.episodes_apart(self.state)
+        return (_rebuilt_snapshot, (shell, episodes, self.groups))
+
+
+def _rebuilt_snapshot(
+    shell: dict[str, Any], episodes: EpisodeBatch, groups: tuple[tuple[GroupId, int], ...]
+) -> BufferSnapshot:
+    return BufferSnapshot(_state.episodes_back(shell, episodes), groups)
 
 
 class _NoSpan:
