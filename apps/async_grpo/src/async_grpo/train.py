@@ -26,6 +26,7 @@ import torch
 from tqdm import tqdm  # type: ignore[import-untyped]
 
 from async_grpo import tracing
+from async_grpo.actors.cores import release_heap, settle_heap
 from async_grpo.actors.trainer import TrainResult
 from async_grpo.checkpoint.resume import start_fresh
 from async_grpo.config.schema import RunConfig
@@ -75,7 +76,13 @@ async def run(
     metrics = RunMetrics(cfg.window)
     reporter = Reporter(cfg, metrics, quiet)
 
+    settled = False
+
     def step_done(row: StepRow, result: TrainResult) -> None:
+        nonlocal settled
+        if not settled:  # set up, what a step uses imported: the heap so far stays
+            settle_heap()
+            settled = True
         reporter.on_step(row, result)
         if on_step is not None:
             on_step(row, result)
@@ -91,6 +98,7 @@ async def run(
         failed = False
     finally:
         restore()
+        release_heap()
         # After the trace is merged: a W&B run's report is written from it.
         sink.close(failed=failed)
     return reporter.summary(stop.signal, stop.sender)

@@ -16,7 +16,7 @@ from typing import Any
 from replay_buffer import ReplayBufferActor, ReplayBufferConfig
 
 from async_grpo import tracing
-from async_grpo.actors.cores import share_cores
+from async_grpo.actors.cores import settle_heap, share_cores
 
 
 class BufferActor(ReplayBufferActor):
@@ -28,6 +28,7 @@ class BufferActor(ReplayBufferActor):
         share_cores(nice)
         super().__init__(config)
         tracing.start_from_env("buffer")
+        settle_heap()
 
     def _traced(
         self, name: str, *, track: str, wait: bool = False, **args: Any

@@ -5,7 +5,7 @@ from __future__ import annotations
 from monarch.actor import Actor, endpoint
 
 from async_grpo import tracing
-from async_grpo.actors.cores import lower_priority
+from async_grpo.actors.cores import lower_priority, settle_heap
 from async_grpo.config.schema import DataConfig
 from async_grpo.tasks.prompts import PromptStream, Sample
 
@@ -21,6 +21,7 @@ class DatasetActor(Actor):
         lower_priority(nice)
         tracing.start_from_env("dataset")
         self._stream = PromptStream(cfg, samples, seed)
+        settle_heap()
 
     @endpoint
     async def samples(self, indices: list[int]) -> list[Sample]:

@@ -19,7 +19,7 @@ from monarch.actor import Actor, endpoint
 
 from async_grpo import tracing
 from async_grpo.actors._test_hang import maybe_hang
-from async_grpo.actors.cores import share_cores
+from async_grpo.actors.cores import settle_heap, share_cores
 from async_grpo.config.schema import GeneratorConfig, LoraConfig, ModelConfig, SamplingConfig
 from async_grpo.generation.decoding import Completion
 from async_grpo.generation.engines import make_engine
@@ -59,6 +59,7 @@ class Generator(Actor):
             device=device,
             lora=lora,
         )
+        settle_heap()
 
     @endpoint
     async def generate(

@@ -10,7 +10,7 @@ from monarch.actor import Actor, endpoint
 from replay_buffer import Episode
 
 from async_grpo import tracing
-from async_grpo.actors.cores import share_cores
+from async_grpo.actors.cores import settle_heap, share_cores
 from async_grpo.config.schema import SamplingConfig
 from async_grpo.grpo.batching import pack, sequence_logprobs_in_passes
 from async_grpo.model.policy import load_policy, load_tokenizer, torch_device, torch_dtype
@@ -36,6 +36,7 @@ class ReferenceModel(Actor):
         tokenizer = load_tokenizer(model_path)
         self._vocab, self._pad = len(tokenizer), int(tokenizer.pad_token_id or 0)
         self._sampling, self._micro_batch_tokens = sampling, micro_batch_tokens
+        settle_heap()
 
     @endpoint
     async def logprobs(self, episodes: Sequence[Episode]) -> torch.Tensor:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from monarch.actor import Actor, endpoint
 
 from async_grpo import tracing
-from async_grpo.actors.cores import lower_priority
+from async_grpo.actors.cores import lower_priority, settle_heap
 from async_grpo.tasks.math_reward import MathWorker
 from async_grpo.tasks.rewards import REWARDS, combined, parse_weights
 
@@ -23,6 +23,7 @@ class RewardActor(Actor):
             # cannot: its checks run in a child process whose main thread they can.
             table["math"] = MathWorker()
         self._score = combined(weights, table)
+        settle_heap()
 
     @endpoint
     async def score(self, responses: list[str], targets: list[str]) -> list[float]:

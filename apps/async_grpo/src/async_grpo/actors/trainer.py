@@ -28,7 +28,7 @@ from torch import Tensor
 
 from async_grpo import tracing
 from async_grpo.actors._test_hang import maybe_hang
-from async_grpo.actors.cores import share_cores
+from async_grpo.actors.cores import settle_heap, share_cores
 from async_grpo.checkpoint.trainer_state import CheckpointWriter, load_trainer_state
 from async_grpo.config.schema import SamplingConfig, TrainerConfig
 from async_grpo.grpo.loss import LossStats
@@ -113,6 +113,7 @@ class Trainer(Actor):
         self._publisher = TrainerPublisher(model, rank, sharded, adapter)
         self._writer = CheckpointWriter(sharded, gpu=on.type == "cuda")
         self._core.before_update = self._writer.staged
+        settle_heap()
 
     @endpoint
     async def pid(self) -> int:
