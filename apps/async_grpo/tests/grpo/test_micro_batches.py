@@ -1,6 +1,6 @@
-"""A train step in micro-batches (`trainer.micro_batch_tokens`): how rows are cut, what one
-pass over some rows holds, and that the step and the reference's log-probs are the ones a
-single pass gives."""
+"""A train step in micro-batches (`trainer.micro_batch_tokens`): how rows are cut, and that
+the step and the reference's log-probs are the ones a single pass gives (what one pass over
+some rows holds: `test_step.py`)."""
 
 import itertools
 from pathlib import Path
@@ -13,7 +13,6 @@ from async_grpo.generation.episodes import to_episodes
 from async_grpo.grpo.batching import micro_batches, pack, sequence_logprobs_in_passes
 from async_grpo.grpo.step import TrainerCore
 from async_grpo.model.policy import load_policy, load_tokenizer
-from replay_buffer import Episode
 
 
 def runs(lens: list[int], budget: int, at_least: int = 1) -> list[list[int]]:
@@ -37,50 +36,6 @@ def test_rows_are_sorted_by_length_and_cut_into_the_fewest_runs_within_the_budge
         micro_batches(torch.tensor([], dtype=torch.long), 8)
     with pytest.raises(ValueError, match="token_budget must be >= 0"):
         micro_batches(torch.tensor([3]), -1)
-
-
-def episode(prompt: list[int], response: list[int], **extra: object) -> Episode:
-    n = len(response)
-    return Episode(
-        prompt_ids=torch.tensor(prompt),
-        response_ids=torch.tensor(response),
-        behavior_logprobs=-torch.arange(1, n + 1, dtype=torch.float32) / 4,
-        reward=0.0,
-        advantage=0.5,
-        policy_version=0,
-        **extra,  # type: ignore[arg-type]
-    )
-
-
-def test_rows_of_a_packed_batch_are_the_batch_packed_from_those_episodes() -> None:
-    episodes = [
-        episode([3, 4, 5], [6, 6, 6, 6]),
-        episode([3], [7, 8, 9], loss_mask=torch.tensor([True, False, True])),
-        episode([3, 4], [6], token_advantages=torch.tensor([1.0])),
-        episode([3, 4, 5, 5], [6, 7]),
-    ]
-    ref = -torch.arange(16, dtype=torch.float32).view(4, 4) / 8
-    whole = pack(episodes, pad_id=0, ref_logprobs=ref)
-    for rows in ([1, 2], [2, 0], [3], [0, 1, 2, 3]):
-        part = whole.select(torch.tensor(rows))
-        alone = pack([episodes[i] for i in rows], pad_id=0)
-        t = alone.response_mask.shape[1]
-        for name in ("input_ids", "attention_mask", "response_start", "response_mask"):
-            assert torch.equal(getattr(part, name), getattr(alone, name)), (rows, name)
-        assert torch.equal(part.behavior_logprobs, alone.behavior_logprobs), rows
-        assert part.ref_logprobs is not None
-        assert torch.equal(part.ref_logprobs, ref[rows, :t]), rows
-        # The whole batch has per-token advantages (episode 2's), so every selection keeps
-        # them per token, the others' advantage repeated on their real tokens.
-        assert part.advantages.shape == (len(rows), t)
-        assert torch.equal(part.advantages * part.response_mask.bool(), alone_advantages(alone))
-
-
-def alone_advantages(batch: object) -> torch.Tensor:
-    adv: torch.Tensor = batch.advantages  # type: ignore[attr-defined]
-    mask: torch.Tensor = batch.response_mask  # type: ignore[attr-defined]
-    full = adv if adv.dim() == 2 else adv.unsqueeze(1).expand_as(mask)
-    return full * mask.bool()
 
 
 def cores(checkpoint: Path, budgets: tuple[int, ...], loss: LossConfig) -> list[TrainerCore]:

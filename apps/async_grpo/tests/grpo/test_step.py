@@ -117,19 +117,20 @@ def test_environment_tokens_of_a_multi_turn_response_are_not_trained() -> None:
     assert batch.input_ids.tolist() == [[5, 1, 7, 7, 2]]  # still the whole context
 
 
-def test_episodes_of_different_lengths_pack_into_their_own_rows() -> None:
-    def episode(prompt: list[int], response: list[int], **extra: object) -> Episode:
-        n = len(response)
-        return Episode(
-            prompt_ids=torch.tensor(prompt),
-            response_ids=torch.tensor(response),
-            behavior_logprobs=-torch.arange(1, n + 1, dtype=torch.float32) / 4,
-            reward=0.0,
-            advantage=0.5,
-            policy_version=0,
-            **extra,  # type: ignore[arg-type]
-        )
+def episode(prompt: list[int], response: list[int], **extra: object) -> Episode:
+    n = len(response)
+    return Episode(
+        prompt_ids=torch.tensor(prompt),
+        response_ids=torch.tensor(response),
+        behavior_logprobs=-torch.arange(1, n + 1, dtype=torch.float32) / 4,
+        reward=0.0,
+        advantage=0.5,
+        policy_version=0,
+        **extra,  # type: ignore[arg-type]
+    )
 
+
+def test_episodes_of_different_lengths_pack_into_their_own_rows() -> None:
     episodes = [
         episode([3, 4, 5], [6]),
         episode([3], [7, 8, 9], loss_mask=torch.tensor([True, False, True])),
@@ -151,6 +152,37 @@ def test_episodes_of_different_lengths_pack_into_their_own_rows() -> None:
     assert short.input_ids.tolist() == [[3, 4, 5, 6], [3, 6, 9, 9]]
     assert short.attention_mask.tolist() == [[1, 1, 1, 1], [1, 1, 0, 0]]
     assert short.advantages.tolist() == [0.5, 0.5]
+
+
+def test_rows_of_a_packed_batch_are_the_batch_packed_from_those_episodes() -> None:
+    episodes = [
+        episode([3, 4, 5], [6, 6, 6, 6]),
+        episode([3], [7, 8, 9], loss_mask=torch.tensor([True, False, True])),
+        episode([3, 4], [6], token_advantages=torch.tensor([1.0])),
+        episode([3, 4, 5, 5], [6, 7]),
+    ]
+    ref = -torch.arange(16, dtype=torch.float32).view(4, 4) / 8
+    whole = pack(episodes, pad_id=0, ref_logprobs=ref)
+    for rows in ([1, 2], [2, 0], [3], [0, 1, 2, 3]):
+        part = whole.select(torch.tensor(rows))
+        alone = pack([episodes[i] for i in rows], pad_id=0)
+        t = alone.response_mask.shape[1]
+        for name in ("input_ids", "attention_mask", "response_start", "response_mask"):
+            assert torch.equal(getattr(part, name), getattr(alone, name)), (rows, name)
+        assert torch.equal(part.behavior_logprobs, alone.behavior_logprobs), rows
+        assert part.ref_logprobs is not None
+        assert torch.equal(part.ref_logprobs, ref[rows, :t]), rows
+        # The whole batch has per-token advantages (episode 2's), so every selection keeps
+        # them per token, the others' advantage repeated on their real tokens.
+        assert part.advantages.shape == (len(rows), t)
+        assert torch.equal(part.advantages * part.response_mask.bool(), alone_advantages(alone))
+
+
+def alone_advantages(batch: object) -> torch.Tensor:
+    adv: torch.Tensor = batch.advantages  # type: ignore[attr-defined]
+    mask: torch.Tensor = batch.response_mask  # type: ignore[attr-defined]
+    full = adv if adv.dim() == 2 else adv.unsqueeze(1).expand_as(mask)
+    return full * mask.bool()
 
 
 def test_a_checkpoint_with_dropout_trains_on_the_generators_log_probs(
