@@ -141,10 +141,15 @@ def micro_batches(seq_lens: Tensor, token_budget: int, at_least: int = 1) -> lis
     if token_budget == 0 and at_least == 1:
         return [torch.arange(b)]
     order = torch.sort(seq_lens, stable=True).indices
-    for runs in range(min(at_least, b), b + 1):
+    lens = seq_lens.tolist()
+    if token_budget and max(lens) > token_budget:
+        return [order[i : i + 1] for i in range(b)]  # that row alone means every row alone
+    # No fewer runs than the real tokens need: the search starts there.
+    fewest = -(-sum(lens) // token_budget) if token_budget else 1
+    for runs in range(min(max(at_least, fewest), b), b + 1):
         cuts = [order[i * b // runs : (i + 1) * b // runs] for i in range(runs)]
         # Sorted: a run's longest row is its last.
-        if token_budget == 0 or all(len(c) * int(seq_lens[c[-1]]) <= token_budget for c in cuts):
+        if token_budget == 0 or all(len(c) * lens[int(c[-1])] <= token_budget for c in cuts):
             return cuts
     return cuts
 
@@ -178,10 +183,10 @@ def sequence_logprobs_in_passes(
     `token_budget` padded tokens (`micro_batches`; 0: one pass)."""
     out = torch.zeros(batch.response_mask.shape, device=batch.response_mask.device)
     with torch.no_grad():
-        for rows in micro_batches(batch.seq_lens, token_budget):
-            part = batch.select(rows)
-            lp = sequence_logprobs(model, part, temperature, top_p, vocab_size)
-            out[rows.to(out.device), : lp.shape[1]] = lp.float()
+        for rows in micro_batches(batch.seq_lens.cpu(), token_budget):
+            on = rows.to(out.device)
+            lp = sequence_logprobs(model, batch.select(on), temperature, top_p, vocab_size)
+            out[on, : lp.shape[1]] = lp.float()
     return out
 
 
