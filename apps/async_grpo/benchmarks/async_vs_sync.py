@@ -15,9 +15,11 @@ a steady drift. A mode's episodes/s is then the harmonic mean of its runs' (they
 same number of episodes), the other columns the mean.
 
 `--json PATH` writes rows {"mode", "episodes_per_s", "trainer_idle_frac", "trainer_busy",
-"trained_frac", "final_reward", "nice", "runs_episodes_per_s"}. `--nice N` runs both modes
-with the run option `--nice N` (the preset's 10 by default; 0: the other processes at the
-trainer's priority).
+"trained_frac", "final_reward", "final_eval", "nice", "runs_episodes_per_s"}: `final_reward`
+is the reward of the last 64 generated episodes (it swings by about 0.15 from step to step),
+`final_eval` the final weights' score on the preset's fixed evaluation set (it does not).
+`--nice N` runs both modes with the run option `--nice N` (the preset's 10 by default; 0:
+the other processes at the trainer's priority).
 """
 
 from __future__ import annotations
@@ -87,13 +89,14 @@ def main() -> None:
                 runs[mode].append(bench(mode, steps, args.seed, out, nice))
     print(
         f"{'mode':6} {'round':>5} {'episodes/s':>11} {'trainer idle':>13} "
-        f"{'trained/generated':>18} {'final reward':>13} {'wall s':>7}"
+        f"{'trained/generated':>18} {'final reward':>13} {'final eval':>11} {'wall s':>7}"
     )
     for mode, summaries in runs.items():
         for i, r in enumerate(summaries):
             print(
                 f"{mode:6} {i:5} {r.episodes_per_s:11.1f} {r.trainer_idle_frac:13.1%} "
-                f"{trained_frac(r):18.1%} {r.reward_end:13.3f} {r.wall_s:7.0f}"
+                f"{trained_frac(r):18.1%} {r.reward_end:13.3f} {_score(r.eval_end):>11} "
+                f"{r.wall_s:7.0f}"
             )
     rows = [pooled(mode, summaries, nice) for mode, summaries in runs.items()]
     if args.rounds > 1:
@@ -101,7 +104,7 @@ def main() -> None:
             print(
                 f"{row['mode']:6} {'all':>5} {row['episodes_per_s']:11.1f} "
                 f"{row['trainer_idle_frac']:13.1%} {row['trained_frac']:18.1%} "
-                f"{row['final_reward']:13.3f}"
+                f"{row['final_reward']:13.3f} {_score(row['final_eval']):>11}"
             )
     sync, async_ = (pooled_rate(runs[mode]) for mode in ("sync", "async"))
     print(f"async / sync episodes/s: {async_ / max(sync, 1e-9):.2f}x")
@@ -118,6 +121,7 @@ def pooled_rate(summaries: list[Summary]) -> float:
 def pooled(mode: str, summaries: list[Summary], nice: int) -> dict[str, object]:
     """One mode's JSON row from its runs (see the module docstring)."""
     idle = statistics.fmean(r.trainer_idle_frac for r in summaries)
+    evals = [r.eval_end for r in summaries if r.eval_end is not None]
     return {
         "mode": mode,
         "episodes_per_s": pooled_rate(summaries),
@@ -125,9 +129,14 @@ def pooled(mode: str, summaries: list[Summary], nice: int) -> dict[str, object]:
         "trainer_busy": 1.0 - idle,
         "trained_frac": statistics.fmean(trained_frac(r) for r in summaries),
         "final_reward": statistics.fmean(r.reward_end for r in summaries),
+        "final_eval": statistics.fmean(evals) if evals else None,
         "nice": nice,
         "runs_episodes_per_s": [r.episodes_per_s for r in summaries],
     }
+
+
+def _score(value: object) -> str:
+    return f"{value:.3f}" if isinstance(value, float) else "-"
 
 
 if __name__ == "__main__":
