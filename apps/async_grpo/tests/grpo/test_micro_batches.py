@@ -70,6 +70,10 @@ def test_a_step_in_micro_batches_is_the_step_of_one_pass(tiny_checkpoint: Path) 
     episodes = to_episodes(groups, rewards, itertools.count())
     lens = [len(e.prompt_ids) + len(e.response_ids) for e in episodes]
     assert len(set(lens)) > 2, lens  # lengths that make the passes differ
+    # Budget 30 makes several passes of several rows each; budget 1, a pass a row.
+    passes = micro_batches(torch.tensor(lens), 30)
+    assert len(passes) > 1, passes
+    assert max(len(p) for p in passes) > 1, passes
     whole = pack(episodes, one.pad_id)
     ref = sequence_logprobs_in_passes(
         load_policy(str(tiny_checkpoint)), whole, 1.0, 1.0, one.vocab_size, token_budget=0

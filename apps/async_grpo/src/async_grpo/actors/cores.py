@@ -42,9 +42,9 @@ def lower_priority(nice: int) -> int:
 def settle_heap() -> None:
     """Takes every object alive now out of the garbage collector's full passes
     (`gc.freeze`); called once a process is set up. A full pass visits every tracked object,
-    and a process holding torch and transformers has several hundred thousand: on the 2-core
-    machine each pass stopped its process for 200-850 ms, a few times a run, and any of the
-    run's processes stopping stalls the loop. Afterwards a pass visits only what was made
+    and a process holding torch and transformers has several hundred thousand: 150-850 ms a
+    pass on the 2-core machine, about one a 300-step run after set-up, and any of the run's
+    processes stopping stalls the loop. Afterwards a pass visits only what was made
     since. Reference counting still frees frozen objects; only a cycle among them that
     becomes garbage later is kept. They are unfrozen at exit (`release_heap`)."""
     gc.freeze()
