@@ -195,12 +195,68 @@ def sequence_logprobs_and_entropy(
 ) -> tuple[Tensor, Tensor]:
     """`sequence_logprobs`, and [B, T] the sampling distribution's entropy at each response
     position (0 on padding); both carry gradient outside `torch.no_grad`."""
-    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
-    t = batch.response_mask.shape[1]
-    # Row i's response token j sits at response_start[i] + j and is predicted one step before.
-    idx = batch.response_start.unsqueeze(1) + torch.arange(t, device=logits.device).unsqueeze(0)
-    idx = idx.clamp(max=batch.input_ids.shape[1] - 1)
-    pred = logits.gather(1, (idx - 1).unsqueeze(-1).expand(-1, -1, logits.shape[-1]))
-    tokens = batch.input_ids.gather(1, idx)
+    pred, tokens = response_logits(model, batch)
     lp, entropy = token_logprobs_and_entropy(pred, tokens, temperature, top_p, vocab_size)
     return lp * batch.response_mask, entropy * batch.response_mask
+
+
+def response_logits(model: PreTrainedModel, batch: TrainBatch) -> tuple[Tensor, Tensor]:
+    """[B, T, V] the logits that predict each response token, and [B, T] those tokens
+    (padding positions hold some token of the row; the caller masks them).
+
+    A GRPO batch holds each prompt once per group member. Where rows share a prompt it goes
+    through the model once (`_shared_prompts`) and every row's response attends to that one
+    pass's keys and values; the gradient reaching them is the sum over the rows, as it is
+    when each row runs the prompt itself, so the result is the one pass's up to float
+    rounding."""
+    t = batch.response_mask.shape[1]
+    # Row i's response token j sits at response_start[i] + j and is predicted one step before.
+    at = batch.response_start.unsqueeze(1) + torch.arange(t, device=batch.input_ids.device)
+    idx = at.clamp(max=batch.input_ids.shape[1] - 1)
+    tokens = batch.input_ids.gather(1, idx)
+    shared = _shared_prompts(batch)
+    if shared is None:
+        logits = model(
+            input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False
+        ).logits
+        return logits.gather(1, (idx - 1).unsqueeze(-1).expand(-1, -1, logits.shape[-1])), tokens
+    first, of_row, prompt_mask = shared
+    prompts = model(
+        input_ids=batch.input_ids[first, : prompt_mask.shape[1]],
+        attention_mask=prompt_mask,
+        use_cache=True,
+    )
+    cache = prompts.past_key_values
+    cache.batch_select_indices(of_row)  # each row's copy of its prompt's keys and values
+    # Positions past a row's end are padding: masked as keys, their outputs unused.
+    response_mask = (at < batch.seq_lens.unsqueeze(1)).long()
+    responses = model(
+        input_ids=tokens,
+        attention_mask=torch.cat([prompt_mask[of_row], response_mask], 1),
+        position_ids=at,
+        past_key_values=cache,
+    ).logits
+    # The first response token is predicted by the prompt's last position.
+    last = prompts.logits[torch.arange(len(first)), batch.response_start[first] - 1]
+    return torch.cat([last[of_row].unsqueeze(1), responses[:, :-1]], 1), tokens
+
+
+def _shared_prompts(batch: TrainBatch) -> tuple[Tensor, Tensor, Tensor] | None:
+    """The batch's distinct prompts, or None when no two rows share one: [P] the first row
+    holding each, [B] each row's prompt (index into the P), and [P, longest prompt] 1 on each
+    prompt's tokens."""
+    starts = batch.response_start
+    longest = int(starts.max())
+    in_prompt = torch.arange(longest, device=starts.device) < starts.unsqueeze(1)
+    # A prompt is its length and its tokens (whatever follows it is blanked out).
+    key = torch.cat(
+        [starts.unsqueeze(1), torch.where(in_prompt, batch.input_ids[:, :longest], -1)], 1
+    )
+    distinct, of_row = torch.unique(key, dim=0, return_inverse=True)
+    rows = len(starts)
+    if len(distinct) == rows:
+        return None
+    first = torch.full((len(distinct),), rows, device=starts.device).scatter_reduce(
+        0, of_row, torch.arange(rows, device=starts.device), "amin"
+    )
+    return first, of_row, in_prompt[first].long()
