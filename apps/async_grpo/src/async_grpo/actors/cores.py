@@ -51,7 +51,8 @@ def settle_heap() -> None:
     has several hundred thousand: 150-850 ms a pass on the 2-core machine, about one a
     300-step run after set-up, and any of the run's processes stopping stalls the loop.
     Afterwards a pass visits only what was made since. Reference counting still frees
-    frozen objects; only a cycle among them that becomes garbage later is kept. They are unfrozen at exit (`release_heap`)."""
+    frozen objects; only a cycle among them that becomes garbage later is kept. They are
+    unfrozen at exit (`release_heap`)."""
     keep_freed_memory()
     gc.freeze()
     atexit.unregister(release_heap)  # once, however often a process settles
