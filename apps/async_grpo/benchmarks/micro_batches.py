@@ -1,17 +1,19 @@
-"""The train step in one pass against micro-batches (`trainer.micro_batch_tokens`), in ONE run.
+"""The train step's ways of cutting its work, in ONE run: micro-batches
+(`trainer.micro_batch_tokens`) and a group's prompt run once (`trainer.share_prompts`).
 
     uv run python apps/async_grpo/benchmarks/micro_batches.py                # 40 steps a round
     uv run python apps/async_grpo/benchmarks/micro_batches.py --quick        # 10 steps a round
-    uv run python apps/async_grpo/benchmarks/micro_batches.py --budgets 0 512 768 1024
+    uv run python apps/async_grpo/benchmarks/micro_batches.py --budgets 0 512 768 1024 --share off
 
 It times the tiny preset's train step (one torch thread, in this process) on two kinds of
-batch of 128 episodes (8 groups of 16, prompts of 4 tokens): "early", each response 1 to 8
-tokens at random, as a random policy answers; "late", every answer of a group N + 1 tokens
-long for N = 1..6, as the trained policy counts to N and stops. Every budget gets its own
-copy of the model and optimizer; the budgets take turns step by step (a drift of the
-machine's speed reaches them all alike), five batches of each kind in rotation. Each
-figure is a median over its steps; the ratios are of medians of this run, against the
-first budget (0: the whole batch in one pass).
+batch of 128 episodes (8 groups of 16, each group's prompt of 4 tokens shared by its 16
+episodes): "early", each response 1 to 8 tokens at random, as a random policy answers;
+"late", every answer of a group N + 1 tokens long for N = 1..6, as the trained policy
+counts to N and stops. Each variant (a budget, with prompts shared or not) gets its own copy
+of the model and optimizer; the variants take turns step by step (a drift of the machine's
+speed reaches them all alike), five batches of each kind in rotation. Each figure is a
+median over its steps; the ratios are of medians of this run, against the first variant
+(by default: the whole batch in one pass, no sharing).
 """
 
 from __future__ import annotations
@@ -29,25 +31,31 @@ if TYPE_CHECKING:
     from replay_buffer import EpisodeBatch
 
 
-def _trainers(model_path: str, budgets: list[int]) -> dict[int, TrainerCore]:
-    """The tiny preset's trainer for each budget, each with its own model."""
+Variant = tuple[int, bool]
+"""A micro-batch budget, and whether prompts are shared."""
+
+
+def _trainers(model_path: str, variants: list[Variant]) -> dict[Variant, TrainerCore]:
+    """The tiny preset's trainer for each variant, each with its own model."""
     import torch  # noqa: PLC0415
+    from async_grpo.actors.cores import keep_freed_memory  # noqa: PLC0415
     from async_grpo.config.presets import tiny  # noqa: PLC0415
     from async_grpo.grpo.step import TrainerCore  # noqa: PLC0415
     from async_grpo.model.policy import load_policy, load_tokenizer  # noqa: PLC0415
 
     torch.set_num_threads(1)
+    keep_freed_memory()  # as the trainer's process does
     cfg, tok = tiny(), load_tokenizer(model_path)
     return {
-        budget: TrainerCore(
+        (budget, share): TrainerCore(
             load_policy(model_path),
-            dataclasses.replace(cfg.trainer, micro_batch_tokens=budget),
+            dataclasses.replace(cfg.trainer, micro_batch_tokens=budget, share_prompts=share),
             cfg.sampling,
             vocab_size=len(tok),
             pad_id=int(tok.pad_token_id or 0),
             total_steps=10_000,
         )
-        for budget in budgets
+        for budget, share in variants
     }
 
 
@@ -61,12 +69,13 @@ def _batches(kind: str, count: int, seed: int) -> list[EpisodeBatch]:
     for _ in range(count):
         episodes = []
         for group in range(8):
+            prompt = torch.randint(2, 12, (4,), generator=rng)
             for i in range(16):
                 n = 1 + group % 6
                 length = n + 1 if kind == "late" else int(torch.randint(1, 9, (1,), generator=rng))
                 episodes.append(
                     Episode(
-                        prompt_ids=torch.randint(2, 12, (4,), generator=rng),
+                        prompt_ids=prompt,
                         response_ids=torch.randint(2, 12, (length,), generator=rng),
                         behavior_logprobs=-torch.rand(length, generator=rng),
                         reward=float(i % 2),
@@ -86,6 +95,13 @@ def main() -> None:
     parser.add_argument(
         "--budgets", type=int, nargs="+", default=[0, 768], help="micro_batch_tokens to compare"
     )
+    parser.add_argument(
+        "--share",
+        choices=["on", "off"],
+        nargs="+",
+        default=["off", "on"],
+        help="share_prompts settings to compare, each with every budget (default: off on)",
+    )
     args = parser.parse_args()
     if args.steps < 1:
         parser.error(f"--steps must be at least 1, got {args.steps}")
@@ -98,24 +114,25 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         path = write_random_checkpoint(Path(tmp), TINY_ARCH, corpus_for("count", 1, 6), seed=0)
-        trainers = _trainers(str(path), args.budgets)
+        variants = [(b, share == "on") for share in args.share for b in args.budgets]
+        trainers = _trainers(str(path), variants)
     print(f"train step (tiny preset, 128 episodes), median of {steps}; ratio: first / this")
     for seed, kind in enumerate(("early", "late")):
         batches = _batches(kind, 5, seed)
-        for budget in args.budgets:  # warm-up
-            trainers[budget].step(batches[0], None)
-        times: dict[int, list[float]] = {b: [] for b in args.budgets}
+        for variant in variants:  # warm-up
+            trainers[variant].step(batches[0], None)
+        times: dict[Variant, list[float]] = {v: [] for v in variants}
         for i in range(steps):
-            for budget in args.budgets:
+            for variant in variants:
                 start = time.perf_counter()
-                trainers[budget].step(batches[i % len(batches)], None)
-                times[budget].append(time.perf_counter() - start)
-        first = statistics.median(times[args.budgets[0]])
-        for budget in args.budgets:
-            median = statistics.median(times[budget])
+                trainers[variant].step(batches[i % len(batches)], None)
+                times[variant].append(time.perf_counter() - start)
+        first = statistics.median(times[variants[0]])
+        for budget, share in variants:
+            median = statistics.median(times[budget, share])
             print(
-                f"  {kind:<5} micro_batch_tokens {budget:>5}: {1e3 * median:6.1f} ms  "
-                f"{first / median:.2f}x"
+                f"  {kind:<5} micro_batch_tokens {budget:>5} share_prompts "
+                f"{'on ' if share else 'off'}: {1e3 * median:6.1f} ms  {first / median:.2f}x"
             )
 
 

@@ -254,6 +254,11 @@ class TrainerConfig:
     than this goes alone). Bounds activation memory; on a CPU, shorter passes also pad less
     and stay in cache. 0: the whole batch (a rank's share) in one pass. The reference model
     passes its batches the same way."""
+    share_prompts: bool = True
+    """A prompt that several rows of a pass share (a GRPO group's) goes through the model
+    once, and each row's response attends to that pass's keys and values: the same log-probs
+    and gradient up to float rounding, with the prompt's tokens computed once a pass instead
+    of once a row. False: every row runs its own prompt. The reference model always shares."""
     advantage_scale: AdvantageScale = "std"
     """What a group's centred rewards are divided by: "std" (GRPO), "mean" (MaxRL's mean,
     measured from the group's lowest reward: for 0/1 rewards the supervised gradient in

@@ -191,16 +191,25 @@ def sequence_logprobs_in_passes(
 
 
 def sequence_logprobs_and_entropy(
-    model: PreTrainedModel, batch: TrainBatch, temperature: float, top_p: float, vocab_size: int
+    model: PreTrainedModel,
+    batch: TrainBatch,
+    temperature: float,
+    top_p: float,
+    vocab_size: int,
+    *,
+    share_prompts: bool = True,
 ) -> tuple[Tensor, Tensor]:
     """`sequence_logprobs`, and [B, T] the sampling distribution's entropy at each response
-    position (0 on padding); both carry gradient outside `torch.no_grad`."""
-    pred, tokens = response_logits(model, batch)
+    position (0 on padding); both carry gradient outside `torch.no_grad`. `share_prompts`:
+    see `response_logits`."""
+    pred, tokens = response_logits(model, batch, share_prompts=share_prompts)
     lp, entropy = token_logprobs_and_entropy(pred, tokens, temperature, top_p, vocab_size)
     return lp * batch.response_mask, entropy * batch.response_mask
 
 
-def response_logits(model: PreTrainedModel, batch: TrainBatch) -> tuple[Tensor, Tensor]:
+def response_logits(
+    model: PreTrainedModel, batch: TrainBatch, *, share_prompts: bool = True
+) -> tuple[Tensor, Tensor]:
     """[B, T, V] the logits that predict each response token, and [B, T] those tokens
     (padding positions hold some token of the row; the caller masks them).
 
@@ -208,13 +217,13 @@ def response_logits(model: PreTrainedModel, batch: TrainBatch) -> tuple[Tensor, 
     through the model once (`_shared_prompts`) and every row's response attends to that one
     pass's keys and values; the gradient reaching them is the sum over the rows, as it is
     when each row runs the prompt itself, so the result is the one pass's up to float
-    rounding."""
+    rounding. `share_prompts` False: one plain pass, every row running its own prompt."""
     t = batch.response_mask.shape[1]
     # Row i's response token j sits at response_start[i] + j and is predicted one step before.
     at = batch.response_start.unsqueeze(1) + torch.arange(t, device=batch.input_ids.device)
     idx = at.clamp(max=batch.input_ids.shape[1] - 1)
     tokens = batch.input_ids.gather(1, idx)
-    shared = _shared_prompts(batch)
+    shared = _shared_prompts(batch) if share_prompts else None
     if shared is None:
         logits = model(
             input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False

@@ -187,7 +187,12 @@ class TrainerCore:
     def _loss(self, batch: TrainBatch, token_count: int) -> tuple[Tensor, LossStats]:
         """The GRPO loss of one pass over `batch`, every token divided by `token_count`."""
         lp, entropy = sequence_logprobs_and_entropy(
-            self.model, batch, self.sampling.temperature, self.sampling.top_p, self.vocab_size
+            self.model,
+            batch,
+            self.sampling.temperature,
+            self.sampling.top_p,
+            self.vocab_size,
+            share_prompts=self.cfg.share_prompts,
         )
         loss_cfg = self.cfg.loss
         return grpo_loss(
