@@ -238,10 +238,10 @@ def response_logits(
     cache = prompts.past_key_values
     cache.batch_select_indices(of_row)  # each row's copy of its prompt's keys and values
     # Positions past a row's end are padding: masked as keys, their outputs unused.
-    response_mask = (at < batch.seq_lens.unsqueeze(1)).long()
+    in_response = (at < batch.seq_lens.unsqueeze(1)).long()
     responses = model(
         input_ids=tokens,
-        attention_mask=torch.cat([prompt_mask[of_row], response_mask], 1),
+        attention_mask=torch.cat([prompt_mask[of_row], in_response], 1),
         position_ids=at,
         past_key_values=cache,
     ).logits
