@@ -67,8 +67,9 @@ def test_shared_prompts_run_once_and_give_each_rows_own_result(tiny_checkpoint: 
     eps = batch_of_groups()
     calls = forward_calls(model)
     lp, entropy, grads = logprobs_entropy_and_grads(model, pack(eps, pad_id=0))
-    # One pass over the 4 distinct prompts, one over the 14 responses.
-    assert calls == [4, len(eps)]
+    # One pass over the 4 distinct prompts, then the 14 responses in two passes of the
+    # length-sorted halves (1 to 6 tokens: the halves pad far fewer tokens than one pass).
+    assert calls == [4, 7, 7]
 
     calls.clear()
     alone = [logprobs_entropy_and_grads(model, pack([e], pad_id=0)) for e in eps]
@@ -81,6 +82,15 @@ def test_shared_prompts_run_once_and_give_each_rows_own_result(tiny_checkpoint: 
         assert not entropy[i, n:].any()
     for got, *want in zip(grads, *(g for _, _, g in alone), strict=True):
         torch.testing.assert_close(got, torch.stack(want).sum(0), atol=1e-4, rtol=1e-4)
+
+
+def test_responses_of_one_length_go_in_one_pass(tiny_checkpoint: Path) -> None:
+    model = load_policy(str(tiny_checkpoint))
+    eps = [episode([2 + i // 4, 3, 4], [5, 6, 7], i // 4) for i in range(8)]
+    calls = forward_calls(model)
+    with torch.no_grad():
+        sequence_logprobs_and_entropy(model, pack(eps, pad_id=0), 1.0, 1.0, 12)
+    assert calls == [2, 8]  # two prompts; halves would pad as much as one pass
 
 
 def test_a_batch_of_distinct_prompts_is_one_pass(tiny_checkpoint: Path) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import torch
 from replay_buffer import Episode, columns_of
 from torch import Tensor
-from transformers import PreTrainedModel
+from transformers import DynamicCache, PreTrainedModel
 
 from async_grpo.grpo.logprobs import token_logprobs_and_entropy
 
@@ -217,7 +217,9 @@ def response_logits(
     through the model once (`_shared_prompts`) and every row's response attends to that one
     pass's keys and values; the gradient reaching them is the sum over the rows, as it is
     when each row runs the prompt itself, so the result is the one pass's up to float
-    rounding. `share_prompts` False: one plain pass, every row running its own prompt."""
+    rounding. The responses then go through in one pass or two of similar lengths
+    (`_response_runs`), padded each to its own longest. `share_prompts` False: one plain
+    pass, every row running its own prompt."""
     t = batch.response_mask.shape[1]
     # Row i's response token j sits at response_start[i] + j and is predicted one step before.
     at = batch.response_start.unsqueeze(1) + torch.arange(t, device=batch.input_ids.device)
@@ -235,19 +237,45 @@ def response_logits(
         attention_mask=prompt_mask,
         use_cache=True,
     )
-    cache = prompts.past_key_values
-    cache.batch_select_indices(of_row)  # each row's copy of its prompt's keys and values
-    # Positions past a row's end are padding: masked as keys, their outputs unused.
-    in_response = (at < batch.seq_lens.unsqueeze(1)).long()
-    responses = model(
-        input_ids=tokens,
-        attention_mask=torch.cat([prompt_mask[of_row], in_response], 1),
-        position_ids=at,
-        past_key_values=cache,
-    ).logits
+    keys_values = [(layer.keys, layer.values) for layer in prompts.past_key_values.layers]
     # The first response token is predicted by the prompt's last position.
-    last = prompts.logits[torch.arange(len(first)), batch.response_start[first] - 1]
-    return torch.cat([last[of_row].unsqueeze(1), responses[:, :-1]], 1), tokens
+    last = prompts.logits[torch.arange(len(first)), batch.response_start[first] - 1][of_row]
+    lengths = batch.seq_lens - batch.response_start
+    parts, runs = [], _response_runs(lengths)
+    for rows in runs:
+        cache = DynamicCache()
+        for layer, (keys, values) in enumerate(keys_values):
+            # Each row's copy of its prompt's keys and values: the gradient flowing back
+            # through the copies is summed into the one prompt pass.
+            cache.update(keys[of_row[rows]], values[of_row[rows]], layer)
+        width = int(lengths[rows].max())
+        # Positions past a row's end are padding: masked as keys, their outputs unused.
+        in_response = (at[rows, :width] < batch.seq_lens[rows].unsqueeze(1)).long()
+        logits = model(
+            input_ids=tokens[rows, :width],
+            attention_mask=torch.cat([prompt_mask[of_row[rows]], in_response], 1),
+            position_ids=at[rows, :width],
+            past_key_values=cache,
+        ).logits
+        pred = torch.cat([last[rows].unsqueeze(1), logits[:, :-1]], 1)
+        parts.append(torch.nn.functional.pad(pred, (0, 0, 0, t - width)))
+    return torch.cat(parts)[torch.argsort(torch.cat(runs))], tokens
+
+
+def _response_runs(lengths: Tensor) -> list[Tensor]:
+    """The rows of the response passes after a shared prompt pass, by `lengths` [B] (each
+    row's response tokens): every row in one pass, or the length-sorted halves when those
+    pad at least a sixth fewer tokens. On the tiny preset a second pass cost about 12% of a
+    step where it saved nothing, and halves padding 21% fewer tokens made the step 10%
+    faster (CPU, one run); 3 and 4 runs were slower than 2."""
+    b = len(lengths)
+    order = torch.sort(lengths, stable=True).indices
+    halves = [order[: b // 2], order[b // 2 :]]
+    one = b * int(lengths.max())
+    two = sum(len(h) * int(lengths[h].max()) for h in halves if len(h))
+    if b < 2 or 6 * two > 5 * one:
+        return [torch.arange(b, device=lengths.device)]
+    return halves
 
 
 def _shared_prompts(batch: TrainBatch) -> tuple[Tensor, Tensor, Tensor] | None:
