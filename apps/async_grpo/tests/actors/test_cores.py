@@ -143,9 +143,11 @@ def test_kept_memory_serves_the_next_step_without_page_faults() -> None:
     assert kept["kept"] is True
     faults = kept["faults"]
     assert isinstance(faults, float)
-    assert faults < 5, kept  # measured 0.4
     # The default, for contrast: freed activations go back to the OS and the next pass
     # faults their pages in again (measured 420-450 a pass).
     plain = faults_per_train_pass("plain")["faults"]
     assert isinstance(plain, float)
     assert plain > 100, plain
+    # Measured 0.4 a pass alone, 24 with the app's other tests running beside it (what else
+    # touches new pages, such as the interpreter's own arenas, varies): far below the default.
+    assert faults < plain / 5, (faults, plain)
