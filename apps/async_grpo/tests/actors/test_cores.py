@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from typing import Any
 
 import pytest
 
@@ -41,12 +42,18 @@ CHILD = textwrap.dedent(
 )
 
 
-def child(nice: int) -> dict[str, object]:
+def run_child(code: str, *args: str) -> tuple[dict[str, Any], str]:
+    """What a fresh Python running `code` with `args` printed (one JSON line), and its
+    stderr."""
     out = subprocess.run(
-        [sys.executable, "-c", CHILD, str(nice)], capture_output=True, text=True, check=True
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, check=True
     )
-    result: dict[str, object] = json.loads(out.stdout)
-    return result
+    result: dict[str, Any] = json.loads(out.stdout)
+    return result, out.stderr
+
+
+def child(nice: int) -> dict[str, object]:
+    return run_child(CHILD, str(nice))[0]
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="nice per thread: Linux")
@@ -89,15 +96,12 @@ HEAP_CHILD = textwrap.dedent(
 
 
 def test_a_settled_heap_leaves_full_passes_little_to_visit_and_nothing_at_exit() -> None:
-    out = subprocess.run(
-        [sys.executable, "-c", HEAP_CHILD], capture_output=True, text=True, check=True
-    )
-    seen = json.loads(out.stdout)
+    seen, stderr = run_child(HEAP_CHILD)
     assert seen["before"] > 100_000, seen  # what a full pass visited before
     assert seen["after"] < 1_000, seen
     assert seen["collected"] >= 1, seen  # garbage made afterwards is still collected
     # Unfrozen at exit: nothing is left for native bindings to report as leaked.
-    assert "leaked" not in out.stderr, out.stderr[-2000:]
+    assert "leaked" not in stderr, stderr[-2000:]
 
 
 MALLOC_CHILD = textwrap.dedent(
@@ -130,11 +134,7 @@ MALLOC_CHILD = textwrap.dedent(
 
 
 def faults_per_train_pass(mode: str) -> dict[str, object]:
-    out = subprocess.run(
-        [sys.executable, "-c", MALLOC_CHILD, mode], capture_output=True, text=True, check=True
-    )
-    result: dict[str, object] = json.loads(out.stdout)
-    return result
+    return run_child(MALLOC_CHILD, mode)[0]
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc: Linux")

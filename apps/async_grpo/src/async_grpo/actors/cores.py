@@ -77,9 +77,9 @@ def keep_freed_memory() -> bool:
     and allocates the same activations every step, so each step touched fresh pages
     again: about 1,400 page faults a step in the tiny preset's trainer, 3.7 ms of its step
     in the kernel (measured with `getrusage`), each fault a trip into the kernel for a
-    zeroed page. With blocks up to
-    `KEPT_BLOCK_BYTES` from the heap and its top kept up to `KEPT_TOP_BYTES` the faults
-    stop after the first steps; what a process holds at its peak stays held."""
+    zeroed page. With blocks up to `KEPT_BLOCK_BYTES` from the heap and its top kept up to
+    `KEPT_TOP_BYTES` the faults stop after the first steps; what a process holds at its
+    peak stays held."""
     if not sys.platform.startswith("linux"):
         return False
     name = ctypes.util.find_library("c")

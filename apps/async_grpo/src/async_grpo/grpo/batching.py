@@ -264,17 +264,15 @@ def response_logits(
 
 def _response_runs(lengths: Tensor) -> list[Tensor]:
     """The rows of the response passes after a shared prompt pass, by `lengths` [B] (each
-    row's response tokens): every row in one pass, or the length-sorted halves when those
-    pad at least a sixth fewer tokens. On the tiny preset a second pass cost about 12% of a
-    step where it saved nothing, and halves padding 21% fewer tokens made the step 10%
-    faster (CPU, one run); 3 and 4 runs were slower than 2."""
-    b = len(lengths)
-    order = torch.sort(lengths, stable=True).indices
-    halves = [order[: b // 2], order[b // 2 :]]
-    one = b * int(lengths.max())
-    two = sum(len(h) * int(lengths[h].max()) for h in halves if len(h))
-    if b < 2 or 6 * two > 5 * one:
-        return [torch.arange(b, device=lengths.device)]
+    row's response tokens): every row in one pass, or the length-sorted halves
+    (`micro_batches` cut in two) when those pad at least a sixth fewer tokens. On the tiny
+    preset (CPU, `benchmarks/micro_batches.py`'s batches, three runs) a second pass cost
+    about 12% of a step where it saved nothing; halves padding 29% fewer response tokens
+    made the step 8-10% faster, 19-25% fewer 7%; 3 and 4 runs were slower than 2."""
+    halves = micro_batches(lengths, 0, at_least=2)
+    padded = [len(rows) * int(lengths[rows].max()) for rows in halves]
+    if len(halves) < 2 or 6 * sum(padded) > 5 * len(lengths) * int(lengths.max()):
+        return [torch.arange(len(lengths), device=lengths.device)]
     return halves
 
 
