@@ -89,8 +89,7 @@ async def run_steps(c: Components, cfg: RunConfig, single: TrainerMesh) -> list[
 
 # Three groups over two ranks (32 and 16 rows). Budget 1: every row its own pass, and the
 # rank with fewer rows runs weight-0 passes to keep the collectives in step. Budget 0: one
-# pass a rank, each group's prompt run once and shared by its rows (two forward calls of the
-# sharded model in one backward).
+# pass a rank (prompts are not shared when sharded: the forward calls would differ by rank).
 @pytest.mark.timeout(420)
 @pytest.mark.parametrize("budget", ["1", "0"])
 def test_sharded_trainer_weights_reach_the_generator_bit_for_bit(

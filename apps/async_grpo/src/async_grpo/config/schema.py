@@ -260,7 +260,8 @@ class TrainerConfig:
     and gradient up to float rounding, with the prompt's tokens computed once a pass instead
     of once a row (the responses then in one pass, or two of similar lengths when that pads
     much less: `grpo.batching.response_logits`). False: every row runs its own prompt. The
-    reference model always shares."""
+    reference model always shares; a sharded trainer (`procs` > 1) never does, as the
+    number of forward calls would differ between its ranks."""
     advantage_scale: AdvantageScale = "std"
     """What a group's centred rewards are divided by: "std" (GRPO), "mean" (MaxRL's mean,
     measured from the group's lowest reward: for 0/1 rewards the supervised gradient in

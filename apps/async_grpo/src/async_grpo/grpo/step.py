@@ -192,7 +192,9 @@ class TrainerCore:
             self.sampling.temperature,
             self.sampling.top_p,
             self.vocab_size,
-            share_prompts=self.cfg.share_prompts,
+            # How many forward calls a shared pass makes depends on the rank's rows; FSDP's
+            # ranks must make the same calls, so a sharded trainer passes plainly.
+            share_prompts=self.cfg.share_prompts and self.world_size == 1,
         )
         loss_cfg = self.cfg.loss
         return grpo_loss(
