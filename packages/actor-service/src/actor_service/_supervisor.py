@@ -169,13 +169,18 @@ class ReplicaSupervisor(Actor):
         key = (spec.index, spec.generation)
         proc_mesh = self._procs[key]
         tag = f"r{spec.index}g{spec.generation}"
+        # The agent first, and answered, before the user's actor: each actor unpickles
+        # its class (importing its module) on its own thread, and a user's module that
+        # imports actor_service, imported beside the agent's actor_service._supervisor,
+        # can trip CPython's import-deadlock check (seen in CI: `_DeadlockError` on
+        # `_ModuleLock('actor_service._supervisor')`). One import at a time cannot.
+        agent: Any = proc_mesh.spawn(f"{spec.prefix}agent_{tag}", ReplicaAgent)
+        self._owners[await agent._name] = key
+        pids = await agent.pid.call()
         mesh: Any = proc_mesh.spawn(
             f"{spec.prefix}{tag}", spec.actor_cls, *spec.args, **spec.kwargs
         )
-        agent: Any = proc_mesh.spawn(f"{spec.prefix}agent_{tag}", ReplicaAgent)
-        for spawned in (mesh, agent):
-            self._owners[await spawned._name] = key
-        pids = await agent.pid.call()
+        self._owners[await mesh._name] = key
         return SpawnedReplica(mesh, tuple(pid for _, pid in pids.items()))
 
     @concurrent_endpoint
