@@ -7,6 +7,7 @@ The trainer and the reference model both call `sequence_logprobs`; it goes throu
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 from collections.abc import Sequence
 
@@ -214,12 +215,14 @@ def response_logits(
     (padding positions hold some token of the row; the caller masks them).
 
     A GRPO batch holds each prompt once per group member. Where rows share a prompt it goes
-    through the model once (`_shared_prompts`) and every row's response attends to that one
-    pass's keys and values; the gradient reaching them is the sum over the rows, as it is
-    when each row runs the prompt itself, so the result is the one pass's up to float
-    rounding. The responses then go through in one pass or two of similar lengths
-    (`_response_runs`), padded each to its own longest. `share_prompts` False: one plain
-    pass, every row running its own prompt."""
+    through the model once (`_shared_prompts`), and the responses follow in one pass, packed
+    end to end into rows as wide as the longest response (`pack_rows`): each response
+    attends to its own prompt's keys and values from that one pass and to its own earlier
+    tokens, at its own positions, so nothing is computed for padding but the ends of the
+    packed rows. The gradient reaching a prompt's keys and values is the sum over the
+    responses that read them, as when each row runs its prompt itself, so the result is
+    the plain pass's up to float rounding. `share_prompts` False: one plain pass, every row
+    running its own prompt."""
     t = batch.response_mask.shape[1]
     # Row i's response token j sits at response_start[i] + j and is predicted one step before.
     at = batch.response_start.unsqueeze(1) + torch.arange(t, device=batch.input_ids.device)
@@ -237,43 +240,133 @@ def response_logits(
         attention_mask=prompt_mask,
         use_cache=True,
     )
-    keys_values = [(layer.keys, layer.values) for layer in prompts.past_key_values.layers]
     # The first response token is predicted by the prompt's last position.
     last = prompts.logits[torch.arange(len(first)), batch.response_start[first] - 1][of_row]
     lengths = batch.seq_lens - batch.response_start
-    parts, runs = [], _response_runs(lengths)
-    for rows in runs:
-        cache = DynamicCache()
-        for layer, (keys, values) in enumerate(keys_values):
-            # Each row's copy of its prompt's keys and values: the gradient flowing back
-            # through the copies is summed into the one prompt pass.
-            cache.update(keys[of_row[rows]], values[of_row[rows]], layer)
-        width = int(lengths[rows].max())
-        # Positions past a row's end are padding: masked as keys, their outputs unused.
-        in_response = (at[rows, :width] < batch.seq_lens[rows].unsqueeze(1)).long()
-        logits = model(
-            input_ids=tokens[rows, :width],
-            attention_mask=torch.cat([prompt_mask[of_row[rows]], in_response], 1),
-            position_ids=at[rows, :width],
-            past_key_values=cache,
-        ).logits
-        pred = torch.cat([last[rows].unsqueeze(1), logits[:, :-1]], 1)
-        parts.append(torch.nn.functional.pad(pred, (0, 0, 0, t - width)))
-    return torch.cat(parts)[torch.argsort(torch.cat(runs))], tokens
+    packed = _packed_responses(tokens, at, lengths, of_row, prompt_mask)
+    cache = DynamicCache()
+    for layer, kv in enumerate(prompts.past_key_values.layers):
+        # Each packed row's copies of its prompts' keys and values, side by side: the
+        # gradient flowing back through the copies is summed into the one prompt pass.
+        keys, values = (
+            x[packed.prompts].transpose(1, 2).flatten(2, 3) for x in (kv.keys, kv.values)
+        )
+        cache.update(keys, values, layer)
+    logits = model(
+        input_ids=packed.input_ids,
+        attention_mask=packed.attention,
+        position_ids=packed.positions,
+        past_key_values=cache,
+    ).logits
+    # Token j >= 1 of row b is predicted at its packed place minus one; past a row's end,
+    # some place of that row (masked by the caller).
+    j = torch.arange(1, t, device=lengths.device)
+    src = packed.offset.unsqueeze(1) + torch.minimum(j - 1, (lengths - 1).clamp(min=0).unsqueeze(1))
+    pred = torch.cat([last.unsqueeze(1), logits[packed.row.unsqueeze(1), src]], 1)
+    return pred, tokens
 
 
-def _response_runs(lengths: Tensor) -> list[Tensor]:
-    """The rows of the response passes after a shared prompt pass, by `lengths` [B] (each
-    row's response tokens): every row in one pass, or the length-sorted halves
-    (`micro_batches` cut in two) when those pad at least a sixth fewer tokens. On the tiny
-    preset (CPU, `benchmarks/micro_batches.py`'s batches, three runs) a second pass cost
-    about 12% of a step where it saved nothing; halves padding 29% fewer response tokens
-    made the step 8-10% faster, 19-25% fewer 7%; 3 and 4 runs were slower than 2."""
-    halves = micro_batches(lengths, 0, at_least=2)
-    padded = [len(rows) * int(lengths[rows].max()) for rows in halves]
-    if len(halves) < 2 or 6 * sum(padded) > 5 * len(lengths) * int(lengths.max()):
-        return [torch.arange(len(lengths), device=lengths.device)]
-    return halves
+@dataclasses.dataclass(frozen=True)
+class PackedResponses:
+    """A batch's responses packed end to end into R rows of W tokens, for one pass after
+    the shared prompt pass: `input_ids` [R, W] (padding past the last response of a row),
+    `positions` [R, W] each token's position in its own episode, `prompts` [R, Q] the
+    distinct prompts (indices into the prompt pass) whose keys and values each row's cache
+    holds, side by side (a row with fewer repeats one it never attends to), `attention`
+    [R, 1, W, Q * prompt length + W] True where a token may attend: its own prompt's real
+    tokens and its own response up to itself (a padding token: itself alone);
+    `row` / `offset` [B] where each episode's response starts."""
+
+    input_ids: Tensor
+    positions: Tensor
+    prompts: Tensor
+    attention: Tensor
+    row: Tensor
+    offset: Tensor
+
+
+def pack_rows(
+    lengths: list[int], prompts: list[int], width: int, max_prompts: int
+) -> tuple[list[int], list[int], list[list[int]]]:
+    """Places runs of `lengths` tokens (a run of 0 takes one place), run i reading prompt
+    `prompts[i]`, end to end in rows of `width` (>= the longest) holding runs of at most
+    `max_prompts` distinct prompts: best fit, longest first. Returns each run's row and
+    offset within it, and each row's distinct prompts in order of arrival."""
+    rows, offsets = [0] * len(lengths), [0] * len(lengths)
+    used: list[int] = []
+    held: list[list[int]] = []
+    room: list[tuple[int, int]] = []  # (free places, row), ascending
+    for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], prompts[i])):
+        need, prompt = max(lengths[i], 1), prompts[i]
+        k = bisect.bisect_left(room, (need, -1))
+        while (
+            k < len(room)
+            and prompt not in held[room[k][1]]
+            and len(held[room[k][1]]) >= max_prompts
+        ):
+            k += 1
+        if k == len(room):
+            r = len(used)
+            used.append(0)
+            held.append([])
+        else:
+            r = room.pop(k)[1]
+        rows[i], offsets[i] = r, used[r]
+        used[r] += need
+        if prompt not in held[r]:
+            held[r].append(prompt)
+        if used[r] < width:
+            bisect.insort(room, (width - used[r], r))
+    return rows, offsets, held
+
+
+def _packed_responses(
+    tokens: Tensor, at: Tensor, lengths: Tensor, of_row: Tensor, prompt_mask: Tensor
+) -> PackedResponses:
+    """The responses of a batch packed for the pass after the shared prompt pass: `tokens`
+    and `at` [B, T] each response token and its position, `lengths` [B] response tokens,
+    `of_row` [B] each row's prompt, `prompt_mask` [P, prompt length] (`_shared_prompts`)."""
+    device = tokens.device
+    width = max(1, int(lengths.max()))
+    # A row's prompt keys stay within its own width plus one prompt, so that a row of many
+    # short responses to different prompts does not attend to a long run of prompts.
+    longest_prompt = prompt_mask.shape[1]
+    row_list, offset_list, in_row = pack_rows(
+        lengths.tolist(), of_row.tolist(), width, max(1, (width + longest_prompt) // longest_prompt)
+    )
+    n_rows = len(in_row)
+    slot_list = [in_row[r].index(p) for r, p in zip(row_list, of_row.tolist(), strict=True)]
+    q = max(len(ps) for ps in in_row)
+    prompts = torch.tensor([ps + ps[:1] * (q - len(ps)) for ps in in_row], device=device)
+    row, offset = torch.tensor(row_list, device=device), torch.tensor(offset_list, device=device)
+    slot = torch.tensor(slot_list, device=device)
+    # Each place's episode (-1: padding), over the places each episode takes.
+    span = lengths.clamp(min=1)
+    e_rows, e_cols = _positions(span.cpu())
+    e_rows, e_cols = e_rows.to(device), e_cols.to(device)
+    episode = torch.full((n_rows, width), -1, device=device)
+    episode[row[e_rows], offset[e_rows] + e_cols] = e_rows
+    real = e_cols < lengths[e_rows]
+    input_ids = torch.zeros((n_rows, width), dtype=tokens.dtype, device=device)
+    positions = torch.zeros((n_rows, width), dtype=at.dtype, device=device)
+    input_ids[row[e_rows], offset[e_rows] + e_cols] = torch.where(
+        real, tokens[e_rows, e_cols.clamp(max=tokens.shape[1] - 1)], 0
+    )
+    positions[row[e_rows], offset[e_rows] + e_cols] = at[e_rows, e_cols.clamp(max=at.shape[1] - 1)]
+    mine = episode.clamp(min=0)
+    places = torch.arange(width, device=device)
+    causal = places.unsqueeze(1) >= places.unsqueeze(0)
+    same = (episode.unsqueeze(2) == episode.unsqueeze(1)) & causal
+    padding = episode < 0
+    own = same & ~padding.unsqueeze(2) | torch.eye(
+        width, dtype=torch.bool, device=device
+    ) & padding.unsqueeze(2)
+    # A token's prompt keys: the slot of its own prompt, that prompt's real tokens.
+    slots = torch.arange(q, device=device)
+    of_slot = (slot[mine].unsqueeze(2) == slots) & ~padding.unsqueeze(2)  # [R, W, Q]
+    prompt_keys = of_slot.unsqueeze(3) & prompt_mask[prompts].bool().unsqueeze(1)  # [R, W, Q, Lp]
+    attention = torch.cat([prompt_keys.flatten(2, 3), own], 2).unsqueeze(1)
+    return PackedResponses(input_ids, positions, prompts, attention, row, offset)
 
 
 def _shared_prompts(batch: TrainBatch) -> tuple[Tensor, Tensor, Tensor] | None:
