@@ -1,5 +1,6 @@
 """`batching.response_logits`: a prompt that several rows share goes through the model once,
-and the log-probs, entropies and gradients are those of every row run on its own."""
+the responses follow packed into rows, and the log-probs, entropies and gradients are those
+of every row run on its own."""
 
 from pathlib import Path
 
@@ -67,8 +68,8 @@ def test_shared_prompts_run_once_and_give_each_rows_own_result(tiny_checkpoint: 
     eps = batch_of_groups()
     calls = forward_calls(model)
     lp, entropy, grads = logprobs_entropy_and_grads(model, pack(eps, pad_id=0))
-    # One pass over the 4 distinct prompts, then the 14 responses in two passes of the
-    # length-sorted halves (1 to 6 tokens: the halves pad far fewer tokens than one pass).
+    # One pass over the 4 distinct prompts, then the 14 responses (1 to 6 tokens, 47 in
+    # all) packed into 8 rows of 6 places, three of them holding responses to two prompts.
     assert calls == [4, 8]
 
     calls.clear()
@@ -90,7 +91,7 @@ def test_responses_of_one_length_go_in_one_pass(tiny_checkpoint: Path) -> None:
     calls = forward_calls(model)
     with torch.no_grad():
         sequence_logprobs_and_entropy(model, pack(eps, pad_id=0), 1.0, 1.0, 12)
-    assert calls == [2, 8]  # two prompts; halves would pad as much as one pass
+    assert calls == [2, 8]  # two prompts, then a row of 3 places for each response
 
 
 def test_a_batch_of_distinct_prompts_is_one_pass(tiny_checkpoint: Path) -> None:

@@ -7,7 +7,6 @@ The trainer and the reference model both call `sequence_logprobs`; it goes throu
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 from collections.abc import Sequence
 
@@ -17,6 +16,7 @@ from torch import Tensor
 from transformers import DynamicCache, PreTrainedModel
 
 from async_grpo.grpo.logprobs import token_logprobs_and_entropy
+from async_grpo.grpo.packing import pack_responses, run_positions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,8 +97,8 @@ def pack(
         )
     # One scatter per field instead of a few small copies per episode (128 episodes: several
     # ms of the trainer's step otherwise): each token's row, and its column within the row.
-    p_rows, p_cols = _positions(prompt_lens)
-    r_rows, r_cols = _positions(resp_lens)
+    p_rows, p_cols = run_positions(prompt_lens)
+    r_rows, r_cols = run_positions(resp_lens)
     input_ids = torch.full((b, seq_len), pad_id, dtype=torch.long)
     input_ids[p_rows, p_cols] = cols.prompt_ids
     input_ids[r_rows, r_cols + prompt_lens[r_rows]] = cols.response_ids
@@ -155,14 +155,6 @@ def micro_batches(seq_lens: Tensor, token_budget: int, at_least: int = 1) -> lis
     return cuts
 
 
-def _positions(lengths: Tensor) -> tuple[Tensor, Tensor]:
-    """For rows of `lengths` [B] tokens laid end to end: each token's row and its index
-    within its row, both [sum(lengths)]."""
-    rows = torch.repeat_interleave(torch.arange(len(lengths)), lengths)
-    starts = torch.cumsum(lengths, 0) - lengths
-    return rows, torch.arange(len(rows)) - starts[rows]
-
-
 def sequence_logprobs(
     model: PreTrainedModel, batch: TrainBatch, temperature: float, top_p: float, vocab_size: int
 ) -> Tensor:
@@ -216,7 +208,7 @@ def response_logits(
 
     A GRPO batch holds each prompt once per group member. Where rows share a prompt it goes
     through the model once (`_shared_prompts`), and the responses follow in one pass, packed
-    end to end into rows as wide as the longest response (`pack_rows`): each response
+    end to end into rows as wide as the longest response (`packing.pack_responses`): each response
     attends to its own prompt's keys and values from that one pass and to its own earlier
     tokens, at its own positions, so nothing is computed for padding but the ends of the
     packed rows. The gradient reaching a prompt's keys and values is the sum over the
@@ -243,7 +235,7 @@ def response_logits(
     # The first response token is predicted by the prompt's last position.
     last = prompts.logits[torch.arange(len(first)), batch.response_start[first] - 1][of_row]
     lengths = batch.seq_lens - batch.response_start
-    packed = _packed_responses(tokens, at, lengths, of_row, prompt_mask)
+    packed = pack_responses(tokens, at, lengths, of_row, prompt_mask)
     cache = DynamicCache()
     for layer, kv in enumerate(prompts.past_key_values.layers):
         # Each packed row's copies of its prompts' keys and values, side by side: the
@@ -264,109 +256,6 @@ def response_logits(
     src = packed.offset.unsqueeze(1) + torch.minimum(j - 1, (lengths - 1).clamp(min=0).unsqueeze(1))
     pred = torch.cat([last.unsqueeze(1), logits[packed.row.unsqueeze(1), src]], 1)
     return pred, tokens
-
-
-@dataclasses.dataclass(frozen=True)
-class PackedResponses:
-    """A batch's responses packed end to end into R rows of W tokens, for one pass after
-    the shared prompt pass: `input_ids` [R, W] (padding past the last response of a row),
-    `positions` [R, W] each token's position in its own episode, `prompts` [R, Q] the
-    distinct prompts (indices into the prompt pass) whose keys and values each row's cache
-    holds, side by side (a row with fewer repeats one it never attends to), `attention`
-    [R, 1, W, Q * prompt length + W] True where a token may attend: its own prompt's real
-    tokens and its own response up to itself (a padding token: itself alone);
-    `row` / `offset` [B] where each episode's response starts."""
-
-    input_ids: Tensor
-    positions: Tensor
-    prompts: Tensor
-    attention: Tensor
-    row: Tensor
-    offset: Tensor
-
-
-def pack_rows(
-    lengths: list[int], prompts: list[int], width: int, max_prompts: int
-) -> tuple[list[int], list[int], list[list[int]]]:
-    """Places runs of `lengths` tokens (a run of 0 takes one place), run i reading prompt
-    `prompts[i]`, end to end in rows of `width` (>= the longest) holding runs of at most
-    `max_prompts` distinct prompts: best fit, longest first. Returns each run's row and
-    offset within it, and each row's distinct prompts in order of arrival."""
-    rows, offsets = [0] * len(lengths), [0] * len(lengths)
-    used: list[int] = []
-    held: list[list[int]] = []
-    room: list[tuple[int, int]] = []  # (free places, row), ascending
-    for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], prompts[i])):
-        need, prompt = max(lengths[i], 1), prompts[i]
-        k = bisect.bisect_left(room, (need, -1))
-        while (
-            k < len(room)
-            and prompt not in held[room[k][1]]
-            and len(held[room[k][1]]) >= max_prompts
-        ):
-            k += 1
-        if k == len(room):
-            r = len(used)
-            used.append(0)
-            held.append([])
-        else:
-            r = room.pop(k)[1]
-        rows[i], offsets[i] = r, used[r]
-        used[r] += need
-        if prompt not in held[r]:
-            held[r].append(prompt)
-        if used[r] < width:
-            bisect.insort(room, (width - used[r], r))
-    return rows, offsets, held
-
-
-def _packed_responses(
-    tokens: Tensor, at: Tensor, lengths: Tensor, of_row: Tensor, prompt_mask: Tensor
-) -> PackedResponses:
-    """The responses of a batch packed for the pass after the shared prompt pass: `tokens`
-    and `at` [B, T] each response token and its position, `lengths` [B] response tokens,
-    `of_row` [B] each row's prompt, `prompt_mask` [P, prompt length] (`_shared_prompts`)."""
-    device = tokens.device
-    width = max(1, int(lengths.max()))
-    # A row's prompt keys stay within its own width plus one prompt, so that a row of many
-    # short responses to different prompts does not attend to a long run of prompts.
-    longest_prompt = prompt_mask.shape[1]
-    row_list, offset_list, in_row = pack_rows(
-        lengths.tolist(), of_row.tolist(), width, max(1, (width + longest_prompt) // longest_prompt)
-    )
-    n_rows = len(in_row)
-    slot_list = [in_row[r].index(p) for r, p in zip(row_list, of_row.tolist(), strict=True)]
-    q = max(len(ps) for ps in in_row)
-    prompts = torch.tensor([ps + ps[:1] * (q - len(ps)) for ps in in_row], device=device)
-    row, offset = torch.tensor(row_list, device=device), torch.tensor(offset_list, device=device)
-    slot = torch.tensor(slot_list, device=device)
-    # Each place's episode (-1: padding), over the places each episode takes.
-    span = lengths.clamp(min=1)
-    e_rows, e_cols = _positions(span.cpu())
-    e_rows, e_cols = e_rows.to(device), e_cols.to(device)
-    episode = torch.full((n_rows, width), -1, device=device)
-    episode[row[e_rows], offset[e_rows] + e_cols] = e_rows
-    real = e_cols < lengths[e_rows]
-    input_ids = torch.zeros((n_rows, width), dtype=tokens.dtype, device=device)
-    positions = torch.zeros((n_rows, width), dtype=at.dtype, device=device)
-    input_ids[row[e_rows], offset[e_rows] + e_cols] = torch.where(
-        real, tokens[e_rows, e_cols.clamp(max=tokens.shape[1] - 1)], 0
-    )
-    positions[row[e_rows], offset[e_rows] + e_cols] = at[e_rows, e_cols.clamp(max=at.shape[1] - 1)]
-    mine = episode.clamp(min=0)
-    places = torch.arange(width, device=device)
-    causal = places.unsqueeze(1) >= places.unsqueeze(0)
-    same = (episode.unsqueeze(2) == episode.unsqueeze(1)) & causal
-    padding = episode < 0
-    own = same & ~padding.unsqueeze(2) | torch.eye(
-        width, dtype=torch.bool, device=device
-    ) & padding.unsqueeze(2)
-    # A token's prompt keys: the slot of its own prompt, that prompt's real tokens.
-    slots = torch.arange(q, device=device)
-    of_slot = (slot[mine].unsqueeze(2) == slots) & ~padding.unsqueeze(2)  # [R, W, Q]
-    prompt_keys = of_slot.unsqueeze(3) & prompt_mask[prompts].bool().unsqueeze(1)  # [R, W, Q, Lp]
-    attention = torch.cat([prompt_keys.flatten(2, 3), own], 2).unsqueeze(1)
-    return PackedResponses(input_ids, positions, prompts, attention, row, offset)
 
 
 def _shared_prompts(batch: TrainBatch) -> tuple[Tensor, Tensor, Tensor] | None:
