@@ -74,7 +74,7 @@ def test_shared_prompts_run_once_and_give_each_rows_own_result(tiny_checkpoint: 
 
     calls.clear()
     alone = [logprobs_entropy_and_grads(model, pack([e], pad_id=0)) for e in eps]
-    assert calls == [1] * len(eps)  # a row alone has no one to share with: one pass
+    assert calls == [1] * 2 * len(eps)  # a row alone: its prompt, then its response
     for i, (row_lp, row_entropy, _) in enumerate(alone):
         n = len(eps[i].response_ids)
         torch.testing.assert_close(lp[i, :n], row_lp[0], atol=2e-5, rtol=1e-5)
@@ -94,13 +94,15 @@ def test_responses_of_one_length_go_in_one_pass(tiny_checkpoint: Path) -> None:
     assert calls == [2, 8]  # two prompts, then a row of 3 places for each response
 
 
-def test_a_batch_of_distinct_prompts_is_one_pass(tiny_checkpoint: Path) -> None:
+def test_distinct_prompts_and_a_row_alone_take_the_same_two_calls(tiny_checkpoint: Path) -> None:
+    # The ranks of a sharded trainer must make the same calls whatever their rows share.
     model = load_policy(str(tiny_checkpoint))
     eps = [episode([2 + i, 3], [4, 5, 6][: 1 + i % 3], i) for i in range(5)]
     calls = forward_calls(model)
     with torch.no_grad():
         sequence_logprobs_and_entropy(model, pack(eps, pad_id=0), 1.0, 1.0, 12)
-    assert calls == [5]
+        sequence_logprobs_and_entropy(model, pack(eps[:1], pad_id=0), 1.0, 1.0, 12)
+    assert calls == [5, 3, 1, 1]  # responses of 1 to 3 tokens in 3 rows of 3 places
 
 
 @pytest.mark.parametrize("top_p", [1.0, 0.8])

@@ -87,9 +87,10 @@ async def run_steps(c: Components, cfg: RunConfig, single: TrainerMesh) -> list[
     return diffs
 
 
-# Three groups over two ranks (32 and 16 rows). Budget 1: every row its own pass, and the
-# rank with fewer rows runs weight-0 passes to keep the collectives in step. Budget 0: one
-# pass a rank (prompts are not shared when sharded: the forward calls would differ by rank).
+# Three groups over two ranks (32 and 16 rows), prompts shared (each pass two calls of the
+# model on every rank: the prompts, then the packed responses). Budget 1: every row its own
+# pass, and the rank with fewer rows runs weight-0 passes to keep the collectives in step.
+# Budget 0: one pass a rank.
 @pytest.mark.timeout(420)
 @pytest.mark.parametrize("budget", ["1", "0"])
 def test_sharded_trainer_weights_reach_the_generator_bit_for_bit(

@@ -258,10 +258,9 @@ class TrainerConfig:
     """A prompt that several rows of a pass share (a GRPO group's) goes through the model
     once, and each row's response attends to that pass's keys and values: the same log-probs
     and gradient up to float rounding, with the prompt's tokens computed once a pass instead
-    of once a row (the responses then in one pass, or two of similar lengths when that pads
-    much less: `grpo.batching.response_logits`). False: every row runs its own prompt. The
-    reference model always shares; a sharded trainer (`procs` > 1) never does, as the
-    number of forward calls would differ between its ranks."""
+    of once a row (the responses then in one pass, packed end to end into rows with no
+    padding but the rows' ends: `grpo.packing`). False: every row runs its own prompt. The
+    reference model always shares."""
     advantage_scale: AdvantageScale = "std"
     """What a group's centred rewards are divided by: "std" (GRPO), "mean" (MaxRL's mean,
     measured from the group's lowest reward: for 0/1 rewards the supervised gradient in

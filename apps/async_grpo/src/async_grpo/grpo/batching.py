@@ -206,27 +206,27 @@ def response_logits(
     """[B, T, V] the logits that predict each response token, and [B, T] those tokens
     (padding positions hold some token of the row; the caller masks them).
 
-    A GRPO batch holds each prompt once per group member. Where rows share a prompt it goes
-    through the model once (`_shared_prompts`), and the responses follow in one pass, packed
-    end to end into rows as wide as the longest response (`packing.pack_responses`): each response
-    attends to its own prompt's keys and values from that one pass and to its own earlier
-    tokens, at its own positions, so nothing is computed for padding but the ends of the
-    packed rows. The gradient reaching a prompt's keys and values is the sum over the
-    responses that read them, as when each row runs its prompt itself, so the result is
-    the plain pass's up to float rounding. `share_prompts` False: one plain pass, every row
-    running its own prompt."""
+    A GRPO batch holds each prompt once per group member. With `share_prompts` each distinct
+    prompt goes through the model once (`_shared_prompts`), and the responses follow in one
+    more call, packed end to end into rows as wide as the longest response
+    (`packing.pack_responses`): each response attends to its own prompt's keys and values
+    and to its own earlier tokens, at its own positions, so nothing is computed for padding
+    but the ends of the packed rows. The gradient reaching a prompt's keys and values is the
+    sum over the responses that read them, as when each row runs its prompt itself, so the
+    result is the plain pass's up to float rounding. Always two calls of the model, whatever
+    the rows: the ranks of a sharded trainer, each with its own rows, make the same calls.
+    `share_prompts` False: one plain call, every row running its own prompt."""
     t = batch.response_mask.shape[1]
     # Row i's response token j sits at response_start[i] + j and is predicted one step before.
     at = batch.response_start.unsqueeze(1) + torch.arange(t, device=batch.input_ids.device)
     idx = at.clamp(max=batch.input_ids.shape[1] - 1)
     tokens = batch.input_ids.gather(1, idx)
-    shared = _shared_prompts(batch) if share_prompts else None
-    if shared is None:
+    if not share_prompts:
         logits = model(
             input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False
         ).logits
         return logits.gather(1, (idx - 1).unsqueeze(-1).expand(-1, -1, logits.shape[-1])), tokens
-    first, of_row, prompt_mask = shared
+    first, of_row, prompt_mask = _shared_prompts(batch)
     prompts = model(
         input_ids=batch.input_ids[first, : prompt_mask.shape[1]],
         attention_mask=prompt_mask,
@@ -258,10 +258,9 @@ def response_logits(
     return pred, tokens
 
 
-def _shared_prompts(batch: TrainBatch) -> tuple[Tensor, Tensor, Tensor] | None:
-    """The batch's distinct prompts, or None when no two rows share one: [P] the first row
-    holding each, [B] each row's prompt (index into the P), and [P, longest prompt] 1 on each
-    prompt's tokens."""
+def _shared_prompts(batch: TrainBatch) -> tuple[Tensor, Tensor, Tensor]:
+    """The batch's distinct prompts: [P] the first row holding each, [B] each row's prompt
+    (index into the P), and [P, longest prompt] 1 on each prompt's tokens."""
     starts = batch.response_start
     longest = int(starts.max())
     in_prompt = torch.arange(longest, device=starts.device) < starts.unsqueeze(1)
@@ -271,8 +270,6 @@ def _shared_prompts(batch: TrainBatch) -> tuple[Tensor, Tensor, Tensor] | None:
     )
     distinct, of_row = torch.unique(key, dim=0, return_inverse=True)
     rows = len(starts)
-    if len(distinct) == rows:
-        return None
     first = torch.full((len(distinct),), rows, device=starts.device).scatter_reduce(
         0, of_row, torch.arange(rows, device=starts.device), "amin"
     )

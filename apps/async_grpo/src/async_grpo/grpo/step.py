@@ -192,9 +192,7 @@ class TrainerCore:
             self.sampling.temperature,
             self.sampling.top_p,
             self.vocab_size,
-            # How many forward calls a shared pass makes depends on the rank's rows; FSDP's
-            # ranks must make the same calls, so a sharded trainer passes plainly.
-            share_prompts=self.cfg.share_prompts and self.world_size == 1,
+            share_prompts=self.cfg.share_prompts,
         )
         loss_cfg = self.cfg.loss
         return grpo_loss(
