@@ -2,6 +2,8 @@
 rows (hand-worked placements). That the packed pass gives every row's own log-probs and
 gradients is checked in `test_shared_prompts.py`."""
 
+import re
+
 import pytest
 from async_grpo.grpo.packing import pack_rows
 
@@ -34,3 +36,18 @@ def test_an_empty_response_still_takes_one_place(lengths: list[int]) -> None:
     rows, offsets, _ = pack_rows(lengths, [0] * len(lengths), width=2, max_prompts=1)
     places = {(r, o) for r, o in zip(rows, offsets, strict=True)}
     assert len(places) == len(lengths)  # no two responses at one place
+
+
+@pytest.mark.parametrize(
+    ("lengths", "prompts", "width", "max_prompts", "named"),
+    [
+        ([3, 1], [0, 0], 2, 1, "width 2"),
+        ([1], [0], 1, 0, "max_prompts (0)"),
+        ([1, 1], [0], 2, 1, "2 runs but 1 prompts"),
+    ],
+)
+def test_bad_arguments_are_named(
+    lengths: list[int], prompts: list[int], width: int, max_prompts: int, named: str
+) -> None:
+    with pytest.raises(ValueError, match=re.escape(named)):
+        pack_rows(lengths, prompts, width, max_prompts)

@@ -43,6 +43,13 @@ def pack_rows(
     `prompts[i]`, end to end in rows of `width` (>= the longest) holding runs of at most
     `max_prompts` distinct prompts: best fit, longest first. Returns each run's row and
     offset within it, and each row's distinct prompts in order of arrival."""
+    if len(prompts) != len(lengths):
+        raise ValueError(f"pack_rows: {len(lengths)} runs but {len(prompts)} prompts")
+    if max_prompts < 1 or width < max((max(n, 1) for n in lengths), default=1):
+        raise ValueError(
+            f"pack_rows: width {width} must hold the longest run "
+            f"({max(lengths, default=0)} tokens) and max_prompts ({max_prompts}) be >= 1"
+        )
     rows, offsets = [0] * len(lengths), [0] * len(lengths)
     used: list[int] = []
     held: list[list[int]] = []
