@@ -28,6 +28,7 @@ from async_grpo.controller.broadcast import WeightBroadcast
 from async_grpo.controller.context import Job
 from async_grpo.controller.ledger import Call, PromptLedger
 from async_grpo.controller.play import make_encode, play_tasks
+from async_grpo.controller.prefetch import PromptPrefetch
 from async_grpo.generation.episodes import (
     drop_uniform_groups,
     records_to_episodes,
@@ -37,6 +38,7 @@ from async_grpo.generation.multiturn import Encode
 from async_grpo.launch.spawn import Components
 from async_grpo.model.policy import load_tokenizer
 from async_grpo.observability.metrics import RunMetrics
+from async_grpo.tasks.prompts import Sample
 
 Rollout = Callable[[Call], Awaitable[int]]
 """One rollout of a call's prompts into the buffer; returns the episodes put there."""
@@ -57,18 +59,31 @@ def make_rollout(job: Job) -> Rollout:
     """The job's rollout body: whole episodes against its environments with `--env.tasks`,
     else one response per episode to its prompts."""
     if job.tasks is None:
-        return lambda call: rollout_prompts(job, call)
+
+        async def dataset(indices: list[int]) -> list[Sample]:
+            return await job.components.dataset.endpoint(DatasetActor.samples).route(indices)
+
+        # The prompts of as many calls ahead as there are rollout loops.
+        ahead = job.cfg.generator.prompts_per_call * job.cfg.rollout_loops
+        prefetch = PromptPrefetch(dataset, ahead)
+        return lambda call: rollout_prompts(job, call, prefetch)
     encode = make_encode(load_tokenizer(job.prep.model_path))
     return lambda call: rollout_env(job, call, encode)
 
 
-async def rollout_prompts(job: RolloutParts, call: Call) -> int:
+async def rollout_prompts(
+    job: RolloutParts, call: Call, prefetch: PromptPrefetch | None = None
+) -> int:
     """One rollout: prompts -> a group of responses per prompt -> rewards -> advantages ->
-    the replay buffer. Returns the episodes put there."""
+    the replay buffer. Returns the episodes put there. With `prefetch`, the prompts usually
+    came from the dataset while the call before sampled."""
     c, cfg = job.components, job.cfg
     # Prompts and their targets, by index in the run's prompt stream.
     with tracing.span("prompts", track="rollout"):
-        samples = await c.dataset.endpoint(DatasetActor.samples).route(list(call.indices))
+        if prefetch is None:
+            samples = await c.dataset.endpoint(DatasetActor.samples).route(list(call.indices))
+        else:
+            samples = await prefetch.samples(call.indices, job.ledger.next_index)
     # group_size responses per prompt, all from one replica and one policy version (the
     # newest weights or newer), drawn with the call's seed.
     with tracing.span("generate", track="rollout", prompts=len(samples)):
