@@ -110,6 +110,20 @@ def test_sampled_batch_keeps_its_shards_and_version() -> None:
         _assert_same(a, b)
 
 
+def test_an_unpickled_sampled_batch_passes_its_record_on() -> None:
+    # A controller forwarding the buffer's batch to a trainer sends the record it received,
+    # and reads the group ids from it.
+    episodes = [_episode(i, mask=i == 2) for i in range(6)]
+    sampled = SampledBatch((tuple(episodes[:3]), tuple(episodes[3:])), curr_policy_version=9)
+    back = pickle.loads(pickle.dumps(sampled))
+    assert back.dp_size == 2
+    assert len(back) == 6
+    assert back.batch.group_ids() == [e.group_id for e in episodes]
+    assert pickle.dumps(back.batch) == pickle.dumps(EpisodeBatch(episodes))
+    assert pickle.dumps(back) == pickle.dumps(sampled)
+    assert EpisodeBatch(episodes).group_ids() == back.batch.group_ids()
+
+
 def _expected_columns(episodes: list[Episode]) -> dict[str, torch.Tensor | None]:
     """The `Columns` fields built one episode at a time, the optional ones spelled out."""
     has_mask = any(e.loss_mask is not None for e in episodes)

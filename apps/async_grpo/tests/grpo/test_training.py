@@ -3,6 +3,7 @@ evaluation scoring and batch diagnostics."""
 
 import itertools
 import math
+import pickle
 
 import pytest
 import torch
@@ -13,7 +14,7 @@ from async_grpo.grpo.step import add_stats, learning_rate, rank_rows
 from async_grpo.observability.metrics import batch_diagnostics
 from async_grpo.observability.scoring import score_eval
 from async_grpo.tasks.prompts import Sample, eval_set
-from replay_buffer import Episode
+from replay_buffer import Episode, EpisodeBatch
 
 
 def test_constant_schedule() -> None:
@@ -117,3 +118,10 @@ def test_batch_diagnostics() -> None:
     ]
     flat = [episode(1.0, 0.0, [-1.0], [0.0]), episode(1.0, 0.0, [-1.0], [0.0])]
     assert batch_diagnostics(turns + flat, group_size=2)[0] == 0.5
+    # The same from a batch as it arrives from the buffer (one record, read field by field).
+    mixed = turns + flat + batch
+    record = pickle.loads(pickle.dumps(EpisodeBatch(mixed)))
+    assert batch_diagnostics(record, group_size=2) == pytest.approx(
+        batch_diagnostics(mixed, group_size=2)
+    )
+    assert batch_diagnostics(mixed, group_size=2) == pytest.approx((0.5, -9.0 / 11))

@@ -20,7 +20,7 @@ from typing import Any, overload
 import torch
 
 from replay_buffer.columns import Columns
-from replay_buffer.episode import FIELDS, Episode, cpu_bytes, trusted_episode
+from replay_buffer.episode import FIELDS, Episode, GroupId, cpu_bytes, trusted_episode
 
 _COLUMNS: tuple[tuple[str, torch.dtype], ...] = (
     ("prompt_ids", torch.long),
@@ -70,6 +70,14 @@ class EpisodeBatch(Sequence[Episode]):
             self._columns = fields.columns()
         return self._columns
 
+    def group_ids(self) -> list[GroupId | None]:
+        """Each episode's `group_id`, in order (read from the record when the batch was
+        unpickled: no `Episode` is made)."""
+        if self._episodes is None:
+            assert self._fields is not None
+            return list(self._fields.scalars["group_id"])
+        return [e.group_id for e in self._episodes]
+
     @overload
     def __getitem__(self, index: int) -> Episode: ...
     @overload
@@ -101,7 +109,8 @@ class EpisodeBatch(Sequence[Episode]):
 
 def pack(episodes: Sequence[Episode]) -> tuple[Any, ...]:
     """`episodes` as plain picklable values: one byte string per tensor field (every
-    episode's tensor concatenated), lengths and scalars in lists. `unpack` reverses it."""
+    episode's tensor concatenated), lengths and scalars in lists (an unpickled `EpisodeBatch`
+    reads its episodes back from it)."""
     if not all(_plain(e) for e in episodes):
         return ("episodes", tuple(episodes))
     f = _Fields.gather(episodes)
@@ -116,14 +125,6 @@ def columns_of(episodes: Sequence[Episode]) -> Columns:
     if isinstance(episodes, EpisodeBatch):
         return episodes.columns()
     return _Fields.gather(episodes).columns()
-
-
-def unpack(packed: tuple[Any, ...]) -> tuple[Episode, ...]:
-    """The episodes `pack` made `packed` from, their tensors views into one buffer per
-    field."""
-    if packed[0] == "episodes":
-        return tuple(packed[1])
-    return _Fields.of(packed).episodes()
 
 
 class _Fields:

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import time
 from collections.abc import Callable
 from typing import Any
 
 from actor_service import NoHealthyReplicaError
-from replay_buffer import Episode, EpisodeBatch, SampledBatch, Warmup
+from replay_buffer import EpisodeBatch, GroupId, SampledBatch, Warmup
 
 from async_grpo import tracing
 from async_grpo.actors.buffer import BufferActor
@@ -125,7 +126,7 @@ async def training_loop(job: Job, warmup: Warmup, record: RecordStep) -> int:
                 sent.answer.exception()  # already failed with the trainer: seen
     if next_batch is not None:  # a batch on its way is not trained: its prompts go back
         leftover = await next_batch
-        ledger.untrained(_in_group_order(leftover.episodes)[1] if leftover else [])
+        ledger.untrained(_in_group_order(leftover.batch)[1] if leftover else [])
     if job.checkpoints.taken != version:
         await job.checkpoints.take(job, version)
     await job.checkpoints.finish()
@@ -145,7 +146,7 @@ class SentStep:
 async def _send_step(job: Job, batch: SampledBatch) -> SentStep:
     """Sends a step on `batch` to the trainer (with the reference log-probs when the loss
     has a KL term); the trainer starts it once the steps sent before it are done."""
-    episodes, groups = _in_group_order(batch.episodes)
+    episodes, groups = _in_group_order(batch.batch)
     # Groups taken before their put was booked are counted as generated now.
     job.metrics.fates.generated += job.ledger.batch_taken(groups) * job.cfg.sampling.group_size
     job.gate.step_started()
@@ -239,18 +240,21 @@ async def _unless_stopped(
     return batch.result() if batch.done() else None
 
 
-def _in_group_order(episodes: tuple[Episode, ...]) -> tuple[EpisodeBatch, list[int]]:
+def _in_group_order(batch: EpisodeBatch) -> tuple[EpisodeBatch, list[int]]:
     """The batch ordered by group id (a stable sort keeps each group's order), and its
-    group ids: the same batch in every run, whichever group arrived first. (An
-    `EpisodeBatch` crosses to the trainer as one columnar message.)"""
-    ordered = EpisodeBatch(sorted(episodes, key=_group))
-    return ordered, sorted({_group(e) for e in episodes})
+    group ids: the same batch in every run, whichever group arrived first. A batch already
+    in order (its groups were put in the order they were drawn) is passed on as the record
+    it arrived as: the controller neither unpacks nor packs it again."""
+    ids = [_group(g) for g in batch.group_ids()]
+    if any(a > b for a, b in itertools.pairwise(ids)):
+        batch = EpisodeBatch(sorted(batch, key=lambda e: _group(e.group_id)))
+    return batch, sorted(set(ids))
 
 
-def _group(episode: Episode) -> int:
-    """The episode's group id: its prompt's index in the run (`ledger.py`)."""
-    assert isinstance(episode.group_id, int)
-    return episode.group_id
+def _group(group_id: GroupId | None) -> int:
+    """An episode's group id: its prompt's index in the run (`ledger.py`)."""
+    assert isinstance(group_id, int)
+    return group_id
 
 
 # A live trainer answers after the step it is computing; a dead one is reported by Monarch

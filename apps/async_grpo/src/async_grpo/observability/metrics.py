@@ -11,10 +11,10 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from replay_buffer import Episode
+import torch
+from replay_buffer import Episode, columns_of
 
 from async_grpo.generation.decoding import Completion
-from async_grpo.generation.episodes import teaches_nothing
 from async_grpo.generation.multiturn import PlayedEpisode, policy_text, policy_version, turn_ids
 from async_grpo.observability.fates import Fates
 from async_grpo.tasks.rewards import exact_match
@@ -145,18 +145,24 @@ class Shown:
 def batch_diagnostics(episodes: Sequence[Episode], group_size: int) -> tuple[float, float]:
     """(fraction of groups in which every advantage is zero, mean behaviour log-prob per
     policy token) of a trained batch of whole groups, consecutive episodes sharing a group.
-    Environment tokens of a multi-turn episode (outside its `loss_mask`) are not counted."""
-    groups = [episodes[i : i + group_size] for i in range(0, len(episodes), group_size)]
-    uniform = sum(all(map(teaches_nothing, g)) for g in groups) / max(1, len(groups))
-    tokens = sum(e.num_policy_tokens for e in episodes)
-    logprob = sum(_policy_logprob_sum(e) for e in episodes) / max(1, tokens)
-    return uniform, logprob
-
-
-def _policy_logprob_sum(e: Episode) -> float:
-    if e.loss_mask is None:
-        return float(e.behavior_logprobs.sum())
-    return float(e.behavior_logprobs[e.loss_mask].sum())
+    Environment tokens of a multi-turn episode (outside its `loss_mask`) are not counted.
+    Read field by field (`columns_of`): a batch that arrived as one record is not unpacked
+    into episodes for it."""
+    cols = columns_of(episodes)
+    if len(cols) == 0:
+        return 0.0, 0.0
+    if cols.token_advantages is None:
+        teaches = cols.advantage != 0
+    else:
+        # `teaches_nothing`: an episode teaches when any of its token advantages is nonzero.
+        owner = torch.repeat_interleave(torch.arange(len(cols)), cols.response_lens)
+        nonzero = torch.zeros(len(cols)).index_add_(0, owner, (cols.token_advantages != 0).float())
+        teaches = nonzero > 0
+    uniform = float((~teaches.view(-1, group_size).any(-1)).double().mean())
+    logprobs = cols.behavior_logprobs.double()
+    if cols.loss_mask is not None:
+        logprobs = logprobs[cols.loss_mask]
+    return uniform, float(logprobs.sum()) / max(1, cols.policy_tokens)
 
 
 class RunMetrics:
@@ -241,7 +247,7 @@ class RunMetrics:
     def record_step(self, episodes: Sequence[Episode], busy_s: float) -> None:
         now = time.perf_counter()
         self.fates.trained += len(episodes)
-        self.fates.trained_tokens += sum(len(e.response_ids) for e in episodes)
+        self.fates.trained_tokens += int(columns_of(episodes).response_lens.sum())
         if self.first_step_end is None:
             self.first_step_end = now
             self.tokens_at_first_step = self.tokens_generated
@@ -266,7 +272,7 @@ class RunMetrics:
         self.record_step(episodes, result.train_s + result.publish_s)
         eps, tps, idle = self.rates()
         # Versions behind the weights that trained on them (0 = on-policy).
-        ages = [result.version - 1 - e.policy_version for e in episodes]
+        ages = result.version - 1 - columns_of(episodes).policy_version
         uniform, logprob = batch_diagnostics(episodes, group_size)
         last = self.last_eval
         wall = time.perf_counter() - self.start
@@ -285,7 +291,7 @@ class RunMetrics:
             tokens_per_s=tps,
             trainer_idle_frac=idle,
             weight_sync_s=self.last_sync_s,
-            staleness_mean=sum(ages) / len(ages),
+            staleness_mean=float(ages.double().mean()),
             loss=result.stats.loss,
             kl=result.stats.kl,
             clip_frac=result.stats.clip_frac,
