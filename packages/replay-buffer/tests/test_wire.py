@@ -3,11 +3,13 @@ one columnar record and come back exactly, field by field."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import pickle
 
 import pytest
 import torch
-from replay_buffer import Episode, EpisodeBatch, SampledBatch, columns_of
+from replay_buffer import Columns, Episode, EpisodeBatch, SampledBatch, columns_of
 
 
 def _episode(i: int, *, mask: bool = False, token_adv: bool = False) -> Episode:
@@ -214,3 +216,98 @@ def test_columns_of_an_empty_batch() -> None:
     assert cols.policy_tokens == 0
     assert cols.prompt_ids.dtype == torch.long
     assert cols.behavior_logprobs.dtype == torch.float32
+
+
+@pytest.mark.parametrize("optional", ["none", "mask", "token_adv"])
+def test_a_batch_from_columns_is_the_batch_of_its_episodes(optional: str) -> None:
+    episodes = [
+        _episode(i, mask=optional == "mask", token_adv=optional == "token_adv") for i in range(7)
+    ]
+    for e in episodes:
+        e.metadata.clear()  # a batch from columns has no metadata
+    cols = columns_of(episodes)
+    batch = EpisodeBatch.from_columns(cols, [e.group_id for e in episodes])
+    assert batch.columns() is cols
+    assert batch.group_ids() == [e.group_id for e in episodes]
+    # It pickles as the record the episodes make, and reads back the same episodes.
+    assert pickle.dumps(batch) == pickle.dumps(EpisodeBatch(episodes))
+    for a, b in zip(episodes, batch, strict=True):
+        _assert_same(a, b)
+    assert [b.metadata for b in batch] == [{}] * 7
+    assert batch[0].metadata is not batch[1].metadata
+
+
+def _good() -> Columns:
+    return columns_of([_episode(i) for i in range(3)])
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "message"),
+    [
+        (
+            {"response_lens": torch.tensor([2, 0, 4])},
+            ValueError,
+            r"episode 1: Episode.response_ids must hold at least one token",
+        ),
+        (
+            {"prompt_lens": torch.tensor([1.0, 2.0, 3.0])},
+            ValueError,
+            r"Columns.prompt_lens must be a 1-D int64 tensor",
+        ),
+        (
+            {"prompt_ids": torch.zeros(6, dtype=torch.int32)},
+            TypeError,
+            r"Columns.prompt_ids must be a 1-D torch.int64 tensor",
+        ),
+        (
+            {"response_ids": torch.zeros(8, dtype=torch.long)},
+            ValueError,
+            r"Columns.response_ids must hold 9 values",
+        ),
+        (
+            {"behavior_logprobs": torch.tensor([-1.0, -1.0, -1.0, 0.5, -1, -1, -1, -1, -1])},
+            ValueError,
+            r"episode 1: Episode.behavior_logprobs must be finite",
+        ),
+        (
+            {"loss_mask": torch.tensor([True, False, False, False, False, True, True, True, True])},
+            ValueError,
+            r"episode 1: Episode.loss_mask must mark at least one",
+        ),
+        (
+            {"token_advantages": torch.tensor([0.0] * 8 + [math.nan])},
+            ValueError,
+            r"episode 2: Episode.token_advantages must be finite",
+        ),
+        (
+            {"advantage": torch.tensor([0.0, math.inf, 0.0], dtype=torch.float64)},
+            ValueError,
+            r"episode 1: Episode.advantage must be finite",
+        ),
+        (
+            {"reward": torch.tensor([0.0, 1.0], dtype=torch.float64)},
+            ValueError,
+            r"Columns.reward must hold one value per episode \(3\)",
+        ),
+        (
+            {"policy_version": torch.tensor([0, -1, 0])},
+            ValueError,
+            r"Episode.policy_version must be an int >= 0",
+        ),
+    ],
+)
+def test_from_columns_names_a_bad_field_and_its_episode(
+    change: dict[str, torch.Tensor], error: type[Exception], message: str
+) -> None:
+    cols = dataclasses.replace(_good(), **change)
+    with pytest.raises(error, match=message):
+        EpisodeBatch.from_columns(cols)
+
+
+def test_from_columns_checks_the_group_ids() -> None:
+    with pytest.raises(ValueError, match="3 episodes but 2 group ids"):
+        EpisodeBatch.from_columns(_good(), [0, 1])
+    with pytest.raises(
+        TypeError, match=r"episode 2: Episode.group_id must be an int, a str or None, got bool"
+    ):
+        EpisodeBatch.from_columns(_good(), [0, "a", True])

@@ -52,3 +52,81 @@ class Columns:
         if self.loss_mask is None:
             return int(self.response_lens.sum())
         return int(self.loss_mask.sum())
+
+
+def check_columns(cols: Columns) -> None:
+    """Raises `TypeError` or `ValueError` naming the field (and the first episode it is
+    wrong in) unless every episode of `cols` would pass `Episode`'s own checks: the batch's
+    checks in one pass per field instead of one per episode."""
+    n = _check_lens("prompt_lens", cols.prompt_lens, None)
+    _check_lens("response_lens", cols.response_lens, n)
+    tokens = int(cols.response_lens.sum())
+    _check_flat("prompt_ids", cols.prompt_ids, torch.long, int(cols.prompt_lens.sum()))
+    _check_flat("response_ids", cols.response_ids, torch.long, tokens)
+    logprobs = _check_flat("behavior_logprobs", cols.behavior_logprobs, torch.float32, tokens)
+    bad = ~(torch.isfinite(logprobs) & (logprobs <= 0))
+    if bool(bad.any()):
+        raise ValueError(
+            f"episode {_owner(cols, bad)}: Episode.behavior_logprobs must be finite "
+            "natural-log probabilities (<= 0)"
+        )
+    if cols.loss_mask is not None:
+        mask = _check_flat("loss_mask", cols.loss_mask, torch.bool, tokens)
+        marked = torch.zeros(n, dtype=torch.long).index_add_(0, _owners(cols), mask.long())
+        if bool((marked == 0).any()):
+            first = int((marked == 0).nonzero()[0])
+            raise ValueError(
+                f"episode {first}: Episode.loss_mask must mark at least one policy token, got none"
+            )
+    if cols.token_advantages is not None:
+        advantages = _check_flat("token_advantages", cols.token_advantages, torch.float32, tokens)
+        if not bool(torch.isfinite(advantages).all()):
+            raise ValueError(
+                f"episode {_owner(cols, ~torch.isfinite(advantages))}: "
+                "Episode.token_advantages must be finite, got NaN or inf"
+            )
+    for name in ("reward", "advantage", "policy_version"):
+        values = getattr(cols, name)
+        if values.shape != (n,):
+            raise ValueError(f"Columns.{name} must hold one value per episode ({n})")
+    for name in ("reward", "advantage"):
+        finite = torch.isfinite(getattr(cols, name))
+        if not bool(finite.all()):
+            first = int((~finite).nonzero()[0])
+            raise ValueError(f"episode {first}: Episode.{name} must be finite")
+    if cols.policy_version.dtype != torch.long or bool((cols.policy_version < 0).any()):
+        raise ValueError("Episode.policy_version must be an int >= 0 for every episode")
+
+
+def _check_lens(name: str, lens: torch.Tensor, n: int | None) -> int:
+    if lens.dtype != torch.long or lens.dim() != 1 or (n is not None and len(lens) != n):
+        raise ValueError(f"Columns.{name} must be a 1-D int64 tensor of one length per episode")
+    if bool((lens < 1).any()):
+        first = int((lens < 1).nonzero()[0])
+        field = name.removesuffix("_lens")
+        raise ValueError(
+            f"episode {first}: Episode.{field}_ids must hold at least one token, got 0"
+        )
+    return len(lens)
+
+
+def _check_flat(name: str, tensor: torch.Tensor, dtype: torch.dtype, length: int) -> torch.Tensor:
+    if tensor.dim() != 1 or tensor.dtype is not dtype:
+        raise TypeError(f"Columns.{name} must be a 1-D {dtype} tensor")
+    if len(tensor) != length:
+        raise ValueError(
+            f"Columns.{name} must hold {length} values (the lengths' sum), got {len(tensor)}"
+        )
+    if tensor.requires_grad:
+        raise ValueError(f"Episode.{name} must not require grad; pass {name}.detach()")
+    return tensor
+
+
+def _owners(cols: Columns) -> torch.Tensor:
+    """The episode of every response token."""
+    return torch.repeat_interleave(torch.arange(len(cols)), cols.response_lens)
+
+
+def _owner(cols: Columns, bad: torch.Tensor) -> int:
+    """The episode of the first response token marked in `bad`."""
+    return int(_owners(cols)[bad.nonzero()[0]])

@@ -19,7 +19,7 @@ from typing import Any, overload
 
 import torch
 
-from replay_buffer.columns import Columns
+from replay_buffer.columns import Columns, check_columns
 from replay_buffer.episode import FIELDS, Episode, GroupId, cpu_bytes, trusted_episode
 
 _COLUMNS: tuple[tuple[str, torch.dtype], ...] = (
@@ -54,6 +54,45 @@ class EpisodeBatch(Sequence[Episode]):
         self._packed: tuple[Any, ...] | None = None
         self._fields: _Fields | None = None
         self._columns: Columns | None = None
+
+    @classmethod
+    def from_columns(
+        cls, columns: Columns, group_ids: Sequence[GroupId | None] | None = None
+    ) -> EpisodeBatch:
+        """B episodes given field by field, checked as a whole batch (`check_columns`: a bad
+        field raises naming it and the first episode it is wrong in) instead of episode by
+        episode. Its `Episode` objects are made only when one is read, and it pickles from
+        the columns without making them. `group_ids`: one per episode (None: no groups);
+        each episode's `metadata` is empty."""
+        check_columns(columns)
+        n = len(columns)
+        ids = list(group_ids) if group_ids is not None else [None] * n
+        if len(ids) != n:
+            raise ValueError(f"from_columns: {n} episodes but {len(ids)} group ids")
+        for i, g in enumerate(ids):
+            if g is not None and (isinstance(g, bool) or not isinstance(g, int | str)):
+                raise TypeError(
+                    f"episode {i}: Episode.group_id must be an int, a str or None, "
+                    f"got {type(g).__name__}"
+                )
+        tensors = {name: getattr(columns, name) for name, _ in _COLUMNS}
+        optional = {
+            name: ([True] * n, tensor)
+            for name, _ in _OPTIONAL
+            if (tensor := getattr(columns, name)) is not None
+        }
+        scalars: dict[str, list[Any]] = {
+            "reward": columns.reward.tolist(),
+            "advantage": columns.advantage.tolist(),
+            "policy_version": columns.policy_version.tolist(),
+            "group_id": ids,
+            "metadata": [{} for _ in range(n)],
+        }
+        lens = (columns.prompt_lens.tolist(), columns.response_lens.tolist())
+        batch = cls.__new__(cls)
+        batch._episodes, batch._packed, batch._columns = None, None, columns
+        batch._fields = _Fields(*lens, tensors, optional, scalars)
+        return batch
 
     @property
     def _items(self) -> tuple[Episode, ...]:
@@ -102,8 +141,10 @@ class EpisodeBatch(Sequence[Episode]):
         return f"EpisodeBatch({len(self)} episodes)"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        if self._packed is None:
-            self._packed = pack(self._items)  # the episodes never change: packed once
+        if self._packed is None:  # the episodes never change: packed once
+            fields = self._fields
+            plain = fields is not None and all(_plain_tensor(t) for t in fields.all_tensors())
+            self._packed = _pack_fields(fields) if fields and plain else pack(self._items)
         return (_unpack_batch, (self._packed,))
 
 
@@ -113,7 +154,10 @@ def pack(episodes: Sequence[Episode]) -> tuple[Any, ...]:
     reads its episodes back from it)."""
     if not all(_plain(e) for e in episodes):
         return ("episodes", tuple(episodes))
-    f = _Fields.gather(episodes)
+    return _pack_fields(_Fields.gather(episodes))
+
+
+def _pack_fields(f: _Fields) -> tuple[Any, ...]:
     columns = {name: cpu_bytes(t) for name, t in f.tensors.items()}
     optional = {name: (has, cpu_bytes(t)) for name, (has, t) in f.optional.items()}
     return ("columns", f.prompt_lens, f.response_lens, columns, optional, f.scalars)
@@ -170,6 +214,9 @@ class _Fields:
         scalars = {name: [getattr(e, name) for e in episodes] for name in _SCALARS}
         prompt_lens = [len(e.prompt_ids) for e in episodes]
         return cls(prompt_lens, [len(e.response_ids) for e in episodes], tensors, present, scalars)
+
+    def all_tensors(self) -> list[torch.Tensor]:
+        return [*self.tensors.values(), *(t for _, t in self.optional.values())]
 
     def episodes(self) -> tuple[Episode, ...]:
         lens = {"prompt_ids": self.prompt_lens, "response_ids": self.response_lens}
@@ -237,7 +284,11 @@ def _unpack_batch(packed: tuple[Any, ...]) -> EpisodeBatch:
 
 def _plain(e: Episode) -> bool:
     tensors = (e.prompt_ids, e.response_ids, e.behavior_logprobs, e.loss_mask, e.token_advantages)
-    return all(t is None or (type(t) is torch.Tensor and t.device.type == "cpu") for t in tensors)
+    return all(t is None or _plain_tensor(t) for t in tensors)
+
+
+def _plain_tensor(t: torch.Tensor) -> bool:
+    return type(t) is torch.Tensor and t.device.type == "cpu"
 
 
 def _cat(tensors: list[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:

@@ -135,7 +135,7 @@ async def put_episodes(
     job: RolloutParts,
     call: Call,
     kept: Sequence[int],
-    episodes: list[Episode],
+    episodes: Sequence[Episode],
     bookkeeping: Callable[[], None],
     *,
     generated: int,
@@ -153,16 +153,19 @@ async def put_episodes(
         episodes, useless = drop_uniform_groups(episodes)
         filtered = len(useless) * group_size
         kept = [g for g in kept if g not in useless]
+    # Read field by field: a batch made from columns (`to_episodes`) makes no `Episode`.
+    batch = episodes if isinstance(episodes, EpisodeBatch) else EpisodeBatch(episodes)
+    columns = batch.columns()
     tokens: dict[int, int] = {}
-    for e in episodes:
-        assert isinstance(e.group_id, int)
-        tokens[e.group_id] = tokens.get(e.group_id, 0) + len(e.response_ids)
+    for group, length in zip(batch.group_ids(), columns.response_lens.tolist(), strict=True):
+        assert isinstance(group, int)
+        tokens[group] = tokens.get(group, 0) + length
     incarnation = ""
-    if episodes:
-        with tracing.span("put", track="rollout", episodes=len(episodes)):
+    if batch:
+        with tracing.span("put", track="rollout", episodes=len(batch)):
             put = job.components.buffer.endpoint(BufferActor.put)
-            incarnation = await put.route(EpisodeBatch(episodes))
-    version = min((e.policy_version for e in episodes), default=0)
+            incarnation = await put.route(batch)
+    version = min(columns.policy_version.tolist(), default=0)
     # Groups a buffer took just before it died are lost with it (and drawn again).
     # Counted with the put's booking, not before its wait for room: a row in between sees
     # neither. Groups the trainer took before this answer came were counted then.
@@ -172,4 +175,4 @@ async def put_episodes(
     lost = job.ledger.put(call, kept, version, incarnation, tokens)
     job.metrics.faults.episodes_lost += lost * group_size
     job.ledger.in_order(call, bookkeeping)
-    return len(episodes)
+    return len(batch)

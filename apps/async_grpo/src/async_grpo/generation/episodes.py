@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 import torch
-from replay_buffer import Episode, GroupId
+from replay_buffer import Columns, Episode, EpisodeBatch, GroupId
 from rl_envs import tokenize_episode
 
 from async_grpo.config.schema import AdvantageScale
@@ -30,10 +30,10 @@ def to_episodes(
     group_ids: Iterator[int],
     *,
     scale: AdvantageScale = "std",
-) -> list[Episode]:
-    """One `Episode` per completion, group by group. `groups` holds the completions of one
-    prompt each (all the same size); `rewards` is flat, in the same order; each group takes
-    the next id of `group_ids`."""
+) -> EpisodeBatch:
+    """One episode per completion, group by group, as one `EpisodeBatch`. `groups` holds the
+    completions of one prompt each (all the same size); `rewards` is flat, in the same
+    order; each group takes the next id of `group_ids`."""
     sizes = {len(g) for g in groups}
     if len(sizes) != 1:
         raise ValueError(f"every prompt needs the same number of completions, got {sorted(sizes)}")
@@ -41,36 +41,28 @@ def to_episodes(
     flat = [comp for group in groups for comp in group]
     if len(rewards) != len(flat):
         raise ValueError(f"{len(flat)} completions but {len(rewards)} rewards")
-    advantages = group_advantages(torch.tensor(rewards), group_size, scale=scale).tolist()
-    # One tensor per field for the whole batch, each episode a view of its slice: three
-    # tensors per episode cost 3.2 ms of the controller's CPU per 128 episodes, this 1.7 ms.
-    prompts = _views([c.prompt_ids for c in flat], torch.long)
-    responses = _views([c.response_ids for c in flat], torch.long)
-    logprobs = _views([c.behavior_logprobs for c in flat], torch.float32)
-    episodes: list[Episode] = []
-    for k, comp in enumerate(flat):
-        if k % group_size == 0:
-            group = next(group_ids)
-        episodes.append(
-            Episode(
-                prompt_ids=prompts[k],
-                response_ids=responses[k],
-                behavior_logprobs=logprobs[k],
-                reward=rewards[k],
-                advantage=advantages[k],
-                policy_version=comp.policy_version,
-                group_id=group,
-            )
-        )
-    return episodes
+    advantages = group_advantages(torch.tensor(rewards), group_size, scale=scale)
+    # Built field by field and checked once for the whole batch: 128 episodes made and
+    # checked one by one cost the controller about 2 ms a step on the 2-core machine.
+    columns = Columns(
+        prompt_lens=torch.tensor([len(c.prompt_ids) for c in flat], dtype=torch.long),
+        response_lens=torch.tensor([len(c.response_ids) for c in flat], dtype=torch.long),
+        prompt_ids=_joined([c.prompt_ids for c in flat], torch.long),
+        response_ids=_joined([c.response_ids for c in flat], torch.long),
+        behavior_logprobs=_joined([c.behavior_logprobs for c in flat], torch.float32),
+        loss_mask=None,
+        token_advantages=None,
+        reward=torch.tensor(rewards, dtype=torch.float64),
+        advantage=advantages.double(),
+        policy_version=torch.tensor([c.policy_version for c in flat], dtype=torch.long),
+    )
+    ids = [next(group_ids) for _ in groups]
+    return EpisodeBatch.from_columns(columns, [g for g in ids for _ in range(group_size)])
 
 
-def _views(
-    rows: Sequence[Sequence[int] | Sequence[float]], dtype: torch.dtype
-) -> tuple[torch.Tensor, ...]:
-    """Each of `rows` as a 1-D tensor of `dtype`, all views of one tensor."""
-    joined = torch.tensor([x for row in rows for x in row], dtype=dtype)
-    return torch.split(joined, [len(row) for row in rows])
+def _joined(rows: Sequence[Sequence[int] | Sequence[float]], dtype: torch.dtype) -> torch.Tensor:
+    """`rows` end to end, as one 1-D tensor of `dtype`."""
+    return torch.tensor([x for row in rows for x in row], dtype=dtype)
 
 
 def records_to_episodes(
