@@ -18,6 +18,11 @@ pickled a second time reuses its record). Episodes have a 16-token prompt and 8 
 response tokens; a third of them carry a `loss_mask`. The ratios printed are list time /
 batch time, all measured in this run.
 
+A sender that builds its batch from plain lists (a controller turning sampled completions
+into episodes) is timed both ways, building and pickling together: one checked `Episode` per
+row, then an `EpisodeBatch` of them ("built by episode"), against the rows joined field by
+field and checked once (`EpisodeBatch.from_columns`, "built by columns").
+
 A checkpoint's cut sends the buffer's whole `state_dict` to the caller: it is timed as the
 plain state (a dict of fields per episode, a pickled tensor each) and as the
 `BufferSnapshot` the actor answers with (its episodes one columnar record).
@@ -35,7 +40,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
-from replay_buffer import Episode, EpisodeBatch, ReplayBuffer
+from replay_buffer import Columns, Episode, EpisodeBatch, ReplayBuffer
 from replay_buffer.actor import BufferSnapshot
 
 
@@ -65,6 +70,58 @@ def _episodes(n: int) -> list[Episode]:
             )
         )
     return out
+
+
+def _raw(
+    episodes: list[Episode],
+) -> list[tuple[list[int], list[int], list[float], float, float, int, int]]:
+    """Each episode as the plain lists and numbers a sender starts from (no loss mask)."""
+    return [
+        (
+            e.prompt_ids.tolist(),
+            e.response_ids.tolist(),
+            e.behavior_logprobs.tolist(),
+            e.reward,
+            e.advantage,
+            e.policy_version,
+            int(e.group_id or 0),
+        )
+        for e in episodes
+    ]
+
+
+def _by_episode(raw: list[Any]) -> EpisodeBatch:
+    return EpisodeBatch(
+        Episode(
+            prompt_ids=torch.tensor(p, dtype=torch.long),
+            response_ids=torch.tensor(r, dtype=torch.long),
+            behavior_logprobs=torch.tensor(lp, dtype=torch.float32),
+            reward=rw,
+            advantage=adv,
+            policy_version=v,
+            group_id=g,
+        )
+        for p, r, lp, rw, adv, v, g in raw
+    )
+
+
+def _by_columns(raw: list[Any]) -> EpisodeBatch:
+    def joined(k: int, dtype: torch.dtype) -> torch.Tensor:
+        return torch.tensor([x for row in raw for x in row[k]], dtype=dtype)
+
+    columns = Columns(
+        prompt_lens=torch.tensor([len(row[0]) for row in raw], dtype=torch.long),
+        response_lens=torch.tensor([len(row[1]) for row in raw], dtype=torch.long),
+        prompt_ids=joined(0, torch.long),
+        response_ids=joined(1, torch.long),
+        behavior_logprobs=joined(2, torch.float32),
+        loss_mask=None,
+        token_advantages=None,
+        reward=torch.tensor([row[3] for row in raw], dtype=torch.float64),
+        advantage=torch.tensor([row[4] for row in raw], dtype=torch.float64),
+        policy_version=torch.tensor([row[5] for row in raw], dtype=torch.long),
+    )
+    return EpisodeBatch.from_columns(columns, [row[6] for row in raw])
 
 
 def _cpu_ms(fn: Callable[[], Any], rounds: int, reps: int) -> float:
@@ -112,6 +169,19 @@ def measure(n: int, rounds: int) -> list[Row]:
             functools.partial(pickle.loads, snap_data),
         ),
     )
+    raw = _raw(episodes)
+    forms += (
+        (
+            "built by episode",
+            lambda: pickle.dumps(_by_episode(raw)),
+            lambda: pickle.loads(data).columns(),
+        ),
+        (
+            "built by columns",
+            lambda: pickle.dumps(_by_columns(raw)),
+            lambda: pickle.loads(data).columns(),
+        ),
+    )
     sent = {"list": episodes, "state dict": state, "snapshot": BufferSnapshot(state, ())}
     for form, dumps, loads in forms:
         size = len(pickle.dumps(sent.get(form, EpisodeBatch(episodes))))
@@ -135,21 +205,24 @@ def main() -> None:
     torch.manual_seed(0)
     sizes = [128] if args.quick else [64, 128, 1024]
     rows = [row for n in sizes for row in measure(n, 2 if args.quick else 5)]
-    print(f"{'episodes':>8}  {'form':<13}  {'dumps ms':>9}  {'loads ms':>9}  {'bytes':>9}")
+    print(f"{'episodes':>8}  {'form':<16}  {'dumps ms':>9}  {'loads ms':>9}  {'bytes':>9}")
     for row in rows:
         print(
-            f"{row.episodes:>8}  {row.form:<13}  {row.dumps_ms:>9.3f}  {row.loads_ms:>9.3f}  "
+            f"{row.episodes:>8}  {row.form:<16}  {row.dumps_ms:>9.3f}  {row.loads_ms:>9.3f}  "
             f"{row.bytes:>9}"
         )
     for n in sizes:
-        plain, batch, cols, state, snap = (r for r in rows if r.episodes == n)
+        plain, batch, cols, state, snap, by_episode, by_columns = (
+            r for r in rows if r.episodes == n
+        )
         dumps = plain.dumps_ms / batch.dumps_ms
         print(
             f"{n} episodes: list / EpisodeBatch CPU time, dumps {dumps:.2f}x, "
             f"loads {plain.loads_ms / batch.loads_ms:.2f}x (episodes read), "
             f"{plain.loads_ms / cols.loads_ms:.2f}x (columns read); state dict / snapshot, "
             f"dumps {state.dumps_ms / snap.dumps_ms:.2f}x, "
-            f"loads {state.loads_ms / snap.loads_ms:.2f}x"
+            f"loads {state.loads_ms / snap.loads_ms:.2f}x; built and dumped by episode / by "
+            f"columns {by_episode.dumps_ms / by_columns.dumps_ms:.2f}x"
         )
     if args.json:
         with open(args.json, "w") as f:
