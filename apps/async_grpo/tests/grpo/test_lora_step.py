@@ -14,7 +14,7 @@ from async_grpo.grpo.step import TrainerCore
 from async_grpo.model.lora import adapter_state, add_adapters, train_adapter_dropout
 from async_grpo.model.policy import load_policy, load_tokenizer
 from peft import PeftModel
-from replay_buffer import Episode
+from replay_buffer import EpisodeBatch
 from transformers import PreTrainedModel
 
 SAMPLING = SamplingConfig(group_size=4, max_new_tokens=6, temperature=0.9, top_p=0.95)
@@ -33,7 +33,7 @@ def lora_core(checkpoint: Path, lora: LoraConfig) -> tuple[TrainerCore, PeftMode
     return core, adapter
 
 
-def episodes_from(model: PreTrainedModel, checkpoint: Path, seed: int) -> list[Episode]:
+def episodes_from(model: PreTrainedModel, checkpoint: Path, seed: int) -> EpisodeBatch:
     tok = load_tokenizer(str(checkpoint))
     rng = torch.Generator().manual_seed(seed)
     groups = generate(model, tok, PROMPTS, SAMPLING, 0, generator=rng)

@@ -13,12 +13,12 @@ from async_grpo.generation.episodes import to_episodes
 from async_grpo.grpo.batching import pack
 from async_grpo.grpo.step import NonFiniteError, TrainerCore, check_finite
 from async_grpo.model.policy import load_policy, load_tokenizer
-from replay_buffer import Episode
+from replay_buffer import Episode, EpisodeBatch
 
 
 def core_and_episodes(
     checkpoint: Path, sampling: SamplingConfig, loss: LossConfig
-) -> tuple[TrainerCore, list[Episode]]:
+) -> tuple[TrainerCore, EpisodeBatch]:
     torch.manual_seed(0)
     model = load_policy(str(checkpoint))
     model.train(True)

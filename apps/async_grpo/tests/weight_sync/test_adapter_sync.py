@@ -23,14 +23,14 @@ from async_grpo.generation.episodes import to_episodes
 from async_grpo.model.policy import load_policy
 from monarch.actor import this_host
 from rdma_tensor import Manifest
-from replay_buffer import Episode
+from replay_buffer import EpisodeBatch
 
 SAMPLING = SamplingConfig(group_size=4, max_new_tokens=6, temperature=0.9)
 PROMPTS = ["count to 3:", "count to 5:"]
 LORA = LoraConfig(rank=4, alpha=8)
 
 
-async def batch(gen: Generator, seed: int) -> list[Episode]:
+async def batch(gen: Generator, seed: int) -> EpisodeBatch:
     groups = await gen.generate.call_one(PROMPTS, seed)
     rewards = [float(i % 3) / 2 for i in range(len(PROMPTS) * SAMPLING.group_size)]
     return to_episodes(groups, rewards, itertools.count())
