@@ -11,7 +11,7 @@ from async_grpo.config.schema import LossConfig, TrainerConfig
 from async_grpo.generation.decoding import Completion
 from async_grpo.grpo.loss import grpo_loss
 from async_grpo.grpo.step import add_stats, learning_rate, rank_rows
-from async_grpo.observability.metrics import batch_diagnostics
+from async_grpo.observability.batch_stats import batch_diagnostics
 from async_grpo.observability.scoring import score_eval
 from async_grpo.tasks.prompts import Sample, eval_set
 from replay_buffer import Episode, EpisodeBatch

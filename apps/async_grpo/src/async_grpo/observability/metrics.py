@@ -11,11 +11,11 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-import torch
 from replay_buffer import Episode, columns_of
 
 from async_grpo.generation.decoding import Completion
 from async_grpo.generation.multiturn import PlayedEpisode, policy_text, policy_version, turn_ids
+from async_grpo.observability.batch_stats import batch_diagnostics
 from async_grpo.observability.fates import Fates
 from async_grpo.tasks.rewards import exact_match
 
@@ -140,29 +140,6 @@ class Shown:
     response: str
     reward: float
     policy_version: int
-
-
-def batch_diagnostics(episodes: Sequence[Episode], group_size: int) -> tuple[float, float]:
-    """(fraction of groups in which every advantage is zero, mean behaviour log-prob per
-    policy token) of a trained batch of whole groups, consecutive episodes sharing a group.
-    Environment tokens of a multi-turn episode (outside its `loss_mask`) are not counted.
-    Read field by field (`columns_of`): a batch that arrived as one record is not unpacked
-    into episodes for it."""
-    cols = columns_of(episodes)
-    if len(cols) == 0:
-        return 0.0, 0.0
-    if cols.token_advantages is None:
-        teaches = cols.advantage != 0
-    else:
-        # `teaches_nothing`: an episode teaches when any of its token advantages is nonzero.
-        owner = torch.repeat_interleave(torch.arange(len(cols)), cols.response_lens)
-        nonzero = torch.zeros(len(cols)).index_add_(0, owner, (cols.token_advantages != 0).float())
-        teaches = nonzero > 0
-    uniform = float((~teaches.view(-1, group_size).any(-1)).double().mean())
-    logprobs = cols.behavior_logprobs.double()
-    if cols.loss_mask is not None:
-        logprobs = logprobs[cols.loss_mask]
-    return uniform, float(logprobs.sum()) / max(1, cols.policy_tokens)
 
 
 class RunMetrics:
