@@ -80,6 +80,11 @@ async def test_a_failed_prefetch_is_asked_again_and_a_real_failure_raises() -> N
         await prefetch.samples([4, 5, 6], next_index=7)
 
 
+async def test_a_call_naming_a_prompt_twice_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"prompt indices must differ, got \[3, 4, 3\]"):
+        await PromptPrefetch(Dataset().fetch, ahead=2).samples([3, 4, 3], next_index=5)
+
+
 def test_ahead_below_zero_is_named() -> None:
     with pytest.raises(ValueError, match="ahead must be >= 0"):
         PromptPrefetch(Dataset().fetch, ahead=-1)

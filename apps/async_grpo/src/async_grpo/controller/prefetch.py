@@ -33,6 +33,8 @@ class PromptPrefetch:
     async def samples(self, indices: Sequence[int], next_index: int) -> list[Sample]:
         """The prompts at `indices` (a claimed call's), in that order; `next_index` is the
         ledger's next new index, from which the next `ahead` are asked for now."""
+        if len(set(indices)) != len(indices):
+            raise ValueError(f"a call's prompt indices must differ, got {list(indices)}")
         missing = [i for i in indices if i not in self._asked]
         if missing:
             self._ask(missing)
