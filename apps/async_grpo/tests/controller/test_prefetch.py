@@ -50,6 +50,26 @@ async def test_the_next_calls_are_asked_for_with_this_one() -> None:
     assert data.asked[3:] == [[8, 9]]
 
 
+async def test_prompts_are_asked_for_a_chunk_at_a_time() -> None:
+    data = Dataset()
+    prefetch = PromptPrefetch(data.fetch, ahead=4, chunk=8)
+    await prefetch.samples([0, 1], next_index=2)
+    await settle()
+    assert data.asked == [[0, 1], [2, 3, 4, 5, 6, 7, 8, 9]]
+    # While `ahead` prompts after the next index are asked for, nothing more is asked.
+    for first in (2, 4):
+        call = [first, first + 1]
+        assert prompts(await prefetch.samples(call, next_index=first + 2)) == [
+            f"p{i}" for i in call
+        ]
+    await settle()
+    assert data.asked[2:] == []
+    # Below that, the next chunk: from where the asking stopped, eight at least.
+    assert prompts(await prefetch.samples([6, 7], next_index=8)) == ["p6", "p7"]
+    await settle()
+    assert data.asked[2:] == [[10, 11, 12, 13, 14, 15, 16, 17]]
+
+
 async def test_a_call_drawn_again_or_after_a_rollback_is_asked_again() -> None:
     data = Dataset()
     prefetch = PromptPrefetch(data.fetch, ahead=2)
@@ -85,6 +105,8 @@ async def test_a_call_naming_a_prompt_twice_is_refused() -> None:
         await PromptPrefetch(Dataset().fetch, ahead=2).samples([3, 4, 3], next_index=5)
 
 
-def test_ahead_below_zero_is_named() -> None:
+def test_ahead_or_chunk_below_zero_is_named() -> None:
     with pytest.raises(ValueError, match="ahead must be >= 0"):
         PromptPrefetch(Dataset().fetch, ahead=-1)
+    with pytest.raises(ValueError, match="chunk must be >= 0, got -2"):
+        PromptPrefetch(Dataset().fetch, ahead=2, chunk=-2)

@@ -63,9 +63,10 @@ def make_rollout(job: Job) -> Rollout:
         async def dataset(indices: list[int]) -> list[Sample]:
             return await job.components.dataset.endpoint(DatasetActor.samples).route(indices)
 
-        # The prompts of as many calls ahead as there are rollout loops.
+        # The prompts of as many calls ahead as there are rollout loops, asked for four
+        # times that many at once (one question to the dataset every few steps).
         ahead = job.cfg.generator.prompts_per_call * job.cfg.rollout_loops
-        prefetch = PromptPrefetch(dataset, ahead)
+        prefetch = PromptPrefetch(dataset, ahead, chunk=4 * ahead)
         return lambda call: rollout_prompts(job, call, prefetch)
     encode = make_encode(load_tokenizer(job.prep.model_path))
     return lambda call: rollout_env(job, call, encode)

@@ -151,7 +151,12 @@ class TrainerMesh:
         )
 
     async def release(self, version: int) -> None:
-        """Every generator runs `version` or newer: older staging may be reused."""
+        """Every generator runs `version` or newer: older staging may be reused. Only a
+        sharded trainer's staging waits for this word (`dtensor_reshard.ShardedPublisher`);
+        a one-process trainer's needs none (`rdma_tensor.Publisher.release`), so it is not
+        sent a message that would change nothing."""
+        if self._cfg.procs == 1:
+            return
         await self._call("release", self.ranks.release.call(version), self._cfg.call_timeout_s)
 
     async def full_weights(self) -> dict[str, Tensor]:
