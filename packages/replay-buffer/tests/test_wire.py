@@ -185,6 +185,8 @@ def test_columns_hold_every_field_of_a_list_a_fresh_and_an_unpickled_batch(optio
             assert got.dtype == want.dtype, name
             assert torch.equal(got, want), name
         assert cols.policy_tokens == sum(e.num_policy_tokens for e in episodes)
+        owners = [i for i, e in enumerate(episodes) for _ in range(len(e.response_ids))]
+        assert cols.token_episodes().tolist() == owners
 
 
 def test_an_unpickled_batch_sent_on_pickles_the_same_record() -> None:

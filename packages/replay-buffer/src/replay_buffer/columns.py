@@ -53,6 +53,11 @@ class Columns:
             return int(self.response_lens.sum())
         return int(self.loss_mask.sum())
 
+    def token_episodes(self) -> torch.Tensor:
+        """[sum of response_lens] int64: the episode (its index in this batch) of every
+        response token."""
+        return torch.repeat_interleave(torch.arange(len(self)), self.response_lens)
+
 
 def check_columns(cols: Columns) -> None:
     """Raises `TypeError` or `ValueError` naming the field (and the first episode it is
@@ -72,7 +77,7 @@ def check_columns(cols: Columns) -> None:
         )
     if cols.loss_mask is not None:
         mask = _check_flat("loss_mask", cols.loss_mask, torch.bool, tokens)
-        marked = torch.zeros(n, dtype=torch.long).index_add_(0, _owners(cols), mask.long())
+        marked = torch.zeros(n, dtype=torch.long).index_add_(0, cols.token_episodes(), mask.long())
         if bool((marked == 0).any()):
             first = int((marked == 0).nonzero()[0])
             raise ValueError(
@@ -122,11 +127,6 @@ def _check_flat(name: str, tensor: torch.Tensor, dtype: torch.dtype, length: int
     return tensor
 
 
-def _owners(cols: Columns) -> torch.Tensor:
-    """The episode of every response token."""
-    return torch.repeat_interleave(torch.arange(len(cols)), cols.response_lens)
-
-
 def _owner(cols: Columns, bad: torch.Tensor) -> int:
     """The episode of the first response token marked in `bad`."""
-    return int(_owners(cols)[bad.nonzero()[0]])
+    return int(cols.token_episodes()[bad.nonzero()[0]])

@@ -23,7 +23,7 @@ def batch_diagnostics(episodes: Sequence[Episode], group_size: int) -> tuple[flo
         teaches = cols.advantage != 0
     else:
         # `teaches_nothing`: an episode teaches when any of its token advantages is nonzero.
-        owner = torch.repeat_interleave(torch.arange(len(cols)), cols.response_lens)
+        owner = cols.token_episodes()
         nonzero = torch.zeros(len(cols)).index_add_(0, owner, (cols.token_advantages != 0).float())
         teaches = nonzero > 0
     uniform = float((~teaches.view(-1, group_size).any(-1)).double().mean())
