@@ -113,8 +113,11 @@ async def training_loop(job: Job, warmup: Warmup, record: RecordStep) -> int:
             if job.checkpoints.due(version):
                 row = job.metrics.held_for_checkpoint(await job.checkpoints.take(job, version))
             record(row, result, step.groups)
-            job.weights.offer(result.update)
+            # The gate first: a rollout it admits sends its generation request (bringing
+            # these weights) before the broadcast's fanout, so the generator pulls them for
+            # the request instead of handling the fanout's message in front of it.
             await job.gate.step_ended(version)
+            job.weights.offer(result.update)
             if cfg.eval_every and version % cfg.eval_every == 0:
                 job.evaluator.request(version)  # in the background
             if 0 < cfg.stop_at_reward <= job.metrics.reward_window() and job.metrics.window_full():
