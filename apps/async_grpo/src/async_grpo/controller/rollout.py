@@ -13,6 +13,7 @@ order. `make_rollout` picks the body a job uses.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
@@ -29,6 +30,7 @@ from async_grpo.controller.context import Job
 from async_grpo.controller.ledger import Call, PromptLedger
 from async_grpo.controller.play import make_encode, play_tasks
 from async_grpo.controller.prefetch import PromptPrefetch
+from async_grpo.controller.send_order import SendOrder
 from async_grpo.generation.episodes import (
     drop_uniform_groups,
     records_to_episodes,
@@ -67,30 +69,48 @@ def make_rollout(job: Job) -> Rollout:
         # times that many at once (one question to the dataset every few steps).
         ahead = job.cfg.generator.prompts_per_call * job.cfg.rollout_loops
         prefetch = PromptPrefetch(dataset, ahead, chunk=4 * ahead)
-        return lambda call: rollout_prompts(job, call, prefetch)
+        order = SendOrder()
+        return lambda call: rollout_prompts(job, call, prefetch, order)
     encode = make_encode(load_tokenizer(job.prep.model_path))
     return lambda call: rollout_env(job, call, encode)
 
 
 async def rollout_prompts(
-    job: RolloutParts, call: Call, prefetch: PromptPrefetch | None = None
+    job: RolloutParts,
+    call: Call,
+    prefetch: PromptPrefetch | None = None,
+    order: SendOrder | None = None,
 ) -> int:
     """One rollout: prompts -> a group of responses per prompt -> rewards -> advantages ->
     the replay buffer. Returns the episodes put there. With `prefetch`, the prompts usually
-    came from the dataset while the call before sampled."""
+    came from the dataset while the call before sampled; with `order`, the generation
+    request leaves after those of the calls claimed before this one (`send_order.py`)."""
     c, cfg = job.components, job.cfg
-    # Prompts and their targets, by index in the run's prompt stream.
-    with tracing.span("prompts", track="rollout"):
-        if prefetch is None:
-            samples = await c.dataset.endpoint(DatasetActor.samples).route(list(call.indices))
-        else:
-            samples = await prefetch.samples(call.indices, job.ledger.next_index)
-    # group_size responses per prompt, all from one replica and one policy version (the
-    # newest weights or newer), drawn with the call's seed.
-    with tracing.span("generate", track="rollout", prompts=len(samples)):
-        groups = await c.generator.endpoint(Generator.generate).route(
-            [s.prompt for s in samples], call.seed, job.weights.newest
+    if order is not None:
+        order.claimed(call)  # before any await: the rollout loop has just claimed it
+    try:
+        # Prompts and their targets, by index in the run's prompt stream.
+        with tracing.span("prompts", track="rollout"):
+            if prefetch is None:
+                indices = list(call.indices)
+                samples = await c.dataset.endpoint(DatasetActor.samples).route(indices)
+            else:
+                samples = await prefetch.samples(call.indices, job.ledger.next_index)
+        if order is not None:
+            await order.turn(call)
+        # group_size responses per prompt, all from one replica and one policy version (the
+        # newest weights or newer), drawn with the call's seed. The service sends requests
+        # in the order their tasks start, so the next call's turn may come once this exists.
+        generating = asyncio.ensure_future(
+            c.generator.endpoint(Generator.generate).route(
+                [s.prompt for s in samples], call.seed, job.weights.newest
+            )
         )
+    finally:
+        if order is not None:
+            order.done(call)
+    with tracing.span("generate", track="rollout", prompts=len(samples)):
+        groups = await generating
     # Rewards for every response.
     completions = [comp for group in groups for comp in group]
     targets = [s.target for s, group in zip(samples, groups, strict=True) for _ in group]
