@@ -14,6 +14,8 @@ in every run.
 a call drawn again goes before newer ones, as the ledger hands it out) has sent its own or
 ended. A call whose earlier calls have not sent within `wait_s` goes ahead: the order makes
 runs repeat and must never hold one up (a stuck call fails by its own deadline).
+Multi-turn rollouts (`rollout.rollout_env`) are not ordered: each episode makes a request
+a turn, interleaved with its environment's answers.
 """
 
 from __future__ import annotations
