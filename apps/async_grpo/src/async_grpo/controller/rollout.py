@@ -13,7 +13,6 @@ order. `make_rollout` picks the body a job uses.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
@@ -98,19 +97,17 @@ async def rollout_prompts(
                 samples = await prefetch.samples(call.indices, job.ledger.next_index)
         if order is not None:
             await order.turn(call)
-        # group_size responses per prompt, all from one replica and one policy version (the
-        # newest weights or newer), drawn with the call's seed. The service sends requests
-        # in the order their tasks start, so the next call's turn may come once this exists.
-        generating = asyncio.ensure_future(
-            c.generator.endpoint(Generator.generate).route(
-                [s.prompt for s in samples], call.seed, job.weights.newest
-            )
-        )
     finally:
         if order is not None:
+            # The next call's turn comes once this coroutine yields, and the request below
+            # is handed to the service before it does (`route` submits it synchronously).
             order.done(call)
+    # group_size responses per prompt, all from one replica and one policy version (the
+    # newest weights or newer), drawn with the call's seed.
     with tracing.span("generate", track="rollout", prompts=len(samples)):
-        groups = await generating
+        groups = await c.generator.endpoint(Generator.generate).route(
+            [s.prompt for s in samples], call.seed, job.weights.newest
+        )
     # Rewards for every response.
     completions = [comp for group in groups for comp in group]
     targets = [s.target for s, group in zip(samples, groups, strict=True) for _ in group]
