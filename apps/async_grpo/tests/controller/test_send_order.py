@@ -90,6 +90,28 @@ async def test_requests_leave_in_claim_order_whichever_prompts_come_first() -> N
     assert await two_calls_second_prompts_first(None) == ["p8", "p0"]
 
 
+async def test_the_request_is_handed_over_before_what_was_woken_with_the_rollout() -> None:
+    # A step's end wakes the rollout and then the broadcast, whose fanout brings the same
+    # weights: the rollout's request must reach the service first (in the same turn), so the
+    # generator pulls them for the request instead of handling the fanout before it.
+    fakes = Fakes()
+    loop = asyncio.get_running_loop()
+
+    class Racing(SendOrder):
+        async def turn(self, call: Call) -> None:
+            loop.call_soon(fakes.requests.append, "fanout")  # woken just after the rollout
+            await super().turn(call)
+
+    fakes.release[0] = asyncio.Event()
+    fakes.release[0].set()
+    result = await asyncio.gather(
+        rollout_prompts(fakes.parts(), call(0), None, Racing()), return_exceptions=True
+    )
+    await settle()
+    assert isinstance(result[0], Sent)
+    assert fakes.requests == ["p0", "fanout"]
+
+
 async def test_a_call_that_ends_without_sending_lets_the_next_go() -> None:
     order = SendOrder()
     first, second = call(0), call(8)
