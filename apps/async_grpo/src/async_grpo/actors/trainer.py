@@ -82,7 +82,7 @@ class Trainer(Actor):
         share_cores()  # at the run's own priority: the loop waits on this process
         torch.manual_seed(seed)
         model = load_policy(model_path, torch.float32)
-        sharded = cfg.procs > 1
+        sharded = cfg.sharded
         if cfg.lora.enabled and sharded:
             raise ValueError("trainer.lora: LoRA runs on one trainer process")
         # B starts at zero: version 0 computes the base model's outputs whatever A is, so a

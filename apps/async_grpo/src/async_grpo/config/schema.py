@@ -279,6 +279,12 @@ class TrainerConfig:
     lora: LoraConfig = dataclasses.field(default_factory=LoraConfig)
     """LoRA adapters (`LoraConfig`); `lora.rank > 0` trains adapters only."""
 
+    @property
+    def sharded(self) -> bool:
+        """More than one trainer process: the model is sharded over them, and the weights go
+        out through `dtensor-reshard` (whose staging waits for `release`)."""
+        return self.procs > 1
+
 
 @dataclasses.dataclass
 class BufferConfig:

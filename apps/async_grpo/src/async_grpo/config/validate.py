@@ -111,7 +111,7 @@ def validate(cfg: RunConfig) -> None:
             "trains on at least one whole group",
         ),
         (
-            not (t.lora.enabled and t.procs > 1),
+            not (t.lora.enabled and t.sharded),
             f"trainer.lora.rank {t.lora.rank} with trainer.procs {t.procs}: LoRA runs on one "
             "trainer process (its optimizer state is the adapters' alone); use "
             "--trainer.procs 1",

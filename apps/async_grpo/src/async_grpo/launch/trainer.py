@@ -155,7 +155,7 @@ class TrainerMesh:
         sharded trainer's staging waits for this word (`dtensor_reshard.ShardedPublisher`);
         a one-process trainer's needs none (`rdma_tensor.Publisher.release`), so it is not
         sent a message that would change nothing."""
-        if self._cfg.procs == 1:
+        if not self._cfg.sharded:
             return
         await self._call("release", self.ranks.release.call(version), self._cfg.call_timeout_s)
 
@@ -207,7 +207,7 @@ async def spawn_trainer(
     bootstrap = functools.partial(pin_trainer_gpu, first) if first is not None else None
     mesh = hosts.mesh("trainer").spawn_procs(per_host={"procs": per_host}, bootstrap=bootstrap)
     procs.append(mesh)
-    if cfg.trainer.procs > 1:
+    if cfg.trainer.sharded:
         # Imported here: a one-process trainer never pays for torch.distributed's set-up.
         from monarch.spmd import setup_torch_elastic_env_async  # noqa: PLC0415
 
