@@ -5,6 +5,7 @@ holds up nobody."""
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
@@ -62,9 +63,9 @@ class Fakes:
 
     def parts(self) -> Parts:
         cfg = tiny()
-        components = type("C", (), {})()
-        components.dataset = Service(self.samples)
-        components.generator = Service(self.generate)
+        components = SimpleNamespace(
+            dataset=Service(self.samples), generator=Service(self.generate)
+        )
         ledger = PromptLedger(cfg.seed, cfg.generator.prompts_per_call, None)
         return Parts(cfg, cast(Components, components), ledger, RunMetrics(cfg.window))
 
