@@ -151,3 +151,47 @@ def test_a_group_prefilled_once_answers_as_repeated_rows_would(tiny_checkpoint: 
         assert a.behavior_logprobs == pytest.approx(b.behavior_logprobs, abs=1e-5)
     with pytest.raises(ValueError, match="repeats must be at least 1"):
         sample(model, tok, rows, cfg, 0, repeats=0)
+
+
+def test_responses_share_a_forward_row_while_their_prefixes_agree(tiny_checkpoint: Path) -> None:
+    # A row's responses share one cache row and one forward pass while they have drawn the
+    # same tokens, and split when they differ; each draw is the one a response with its own
+    # row would make (the same generator seed gives the same tokens).
+    model = load_policy(str(tiny_checkpoint))
+    tok = load_tokenizer(str(tiny_checkpoint))
+    cfg = SamplingConfig(group_size=8, max_new_tokens=6, temperature=0.5)
+    rows = [tok(p, add_special_tokens=False)["input_ids"] for p in ["count to 3:", "count to 9:"]]
+    widths: list[int] = []  # rows in each forward pass: the prefill, then one per token
+
+    def count(_model: object, _args: object, kwargs: dict[str, torch.Tensor]) -> None:
+        widths.append(len(kwargs["input_ids"]))
+
+    hook = model.register_forward_pre_hook(count, with_kwargs=True)
+    shared = sample(model, tok, rows, cfg, 0, repeats=8, generator=torch.Generator().manual_seed(1))
+    shared_widths = widths[:]
+    widths.clear()
+    apart = sample(
+        model,
+        tok,
+        [r for r in rows for _ in range(8)],
+        cfg,
+        0,
+        generator=torch.Generator().manual_seed(1),
+    )
+    hook.remove()
+    assert [c.response_ids for c in shared] == [c.response_ids for c in apart]
+    for a, b in zip(shared, apart, strict=True):
+        assert a.behavior_logprobs == pytest.approx(b.behavior_logprobs, abs=1e-5)
+    # The token at index t is fed to the model when its response goes on after it; the
+    # responses fed then share one row per distinct (prompt, tokens so far).
+    responses = [(i // 8, c.response_ids) for i, c in enumerate(shared)]
+    distinct = [
+        len({(row, tuple(ids[: t + 1])) for row, ids in responses if len(ids) > t + 1})
+        for t in range(cfg.max_new_tokens - 1)
+    ]
+    going = [sum(len(ids) > t + 1 for _, ids in responses) for t in range(cfg.max_new_tokens - 1)]
+    fed = [d for d in distinct if d]
+    assert shared_widths == [2, *fed], (shared_widths, distinct)
+    assert widths == [16, *[g for g in going if g]]
+    assert any(d < g for d, g in zip(distinct, going, strict=True)), "no prefix was shared"
+    assert any(d > 2 for d in distinct), "no group split"

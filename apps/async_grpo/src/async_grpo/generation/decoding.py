@@ -98,15 +98,17 @@ def sample(
     in one batch with a KV cache; `labels` are the rows' prompts as text (for the record; ""
     without).
 
-    Each row goes through the model once; its KV cache and last logits are then copied for
-    its `repeats` responses (a GRPO group shares its prompt: 16 answers to 8 prompts prefill
-    8 rows, not 128). A response that ended (EOS) leaves the batch, so later tokens are
-    computed only for the responses still going. Rows are left-padded so every row's next
-    token sits in the last column; position ids count only real tokens, so the trainer's
-    right-padded recomputation sees the same positions. Returns the completions in row
-    order, a row's `repeats` together. `greedy`: each token is the most likely one instead
-    of a sample (`async-grpo eval --greedy`; training never is), its log-prob still that of
-    the sampling distribution.
+    The model computes each distinct prefix once: a row's `repeats` responses share its
+    prefill, and while two responses of a row have sampled the same tokens so far they share
+    one cache row and one forward pass (`_split`); each response still draws its own token
+    from that shared distribution. A GRPO group of 16 answers to one prompt starts as one
+    row, not 16, and a policy that has learned its answer keeps few rows apart. A response
+    that ended (EOS) leaves the batch. Rows are left-padded so every row's next token sits in
+    the last column; position ids count only real tokens, so the trainer's right-padded
+    recomputation sees the same positions. Returns the completions in row order, a row's
+    `repeats` together. `greedy`: each token is the most likely one instead of a sample
+    (`async-grpo eval --greedy`; training never is), its log-prob still that of the sampling
+    distribution.
     """
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     if eos is None or pad is None:
@@ -124,36 +126,31 @@ def sample(
     cache = DynamicCache()
     logits = _next_logits(model, input_ids, attention, positions, cache)
     position = positions[:, -1:]
-    if repeats > 1:
-        cache.batch_repeat_interleave(repeats)
-        logits, attention, position = (
-            t.repeat_interleave(repeats, dim=0) for t in (logits, attention, position)
-        )
     n, steps = len(rows) * repeats, cfg.max_new_tokens
     tokens = torch.full((n, steps), pad, dtype=torch.long, device=device)
     logprobs = torch.zeros((n, steps), device=device)
     going = torch.arange(n, device=device)  # the responses in the batch, by output row
+    # The cache row (prefix) each going response continues; a row's repeats share it.
+    prefix = torch.arange(len(rows), device=device).repeat_interleave(repeats)
     for t in range(steps):
         dist = masked_logits(logits, cfg.temperature, cfg.top_p, vocab)
-        logp = torch.log_softmax(dist, dim=-1)
+        logp = torch.log_softmax(dist, dim=-1)[prefix]
         if greedy:
-            token = dist.argmax(-1)
+            token = logp.argmax(-1)
         else:
             token = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
         tokens[going, t] = token
         logprobs[going, t] = logp.gather(-1, token.unsqueeze(-1)).squeeze(-1)
         open_ = token != eos
-        still = int(open_.sum())  # one host sync a token, as before
-        if t == steps - 1 or still == 0:
+        if t == steps - 1 or not bool(open_.any()):
             break
-        if still < len(going):
-            keep = open_.nonzero().squeeze(-1)
-            going, token, attention, position = (
-                x[keep] for x in (going, token, attention, position)
-            )
-            cache.batch_select_indices(keep)
+        going, token, prefix = going[open_], token[open_], prefix[open_]
+        kept, token, prefix = _split(prefix, token, dist.shape)
+        if kept is not None:
+            cache.batch_select_indices(kept)
+            attention, position = attention[kept], position[kept]
         position = position + 1
-        ones = torch.ones(len(going), 1, dtype=attention.dtype, device=device)
+        ones = torch.ones(len(token), 1, dtype=attention.dtype, device=device)
         attention = torch.cat([attention, ones], dim=-1)
         logits = _next_logits(model, token.unsqueeze(-1), attention, position, cache)
     token_rows, logprob_rows = tokens.tolist(), logprobs.tolist()
@@ -177,6 +174,22 @@ def sample(
             )
         )
     return completions
+
+
+def _split(
+    prefix: Tensor, token: Tensor, shape: torch.Size
+) -> tuple[Tensor | None, Tensor, Tensor]:
+    """The prefixes after each going response appended `token` [G] to its `prefix` [G] (one
+    of the `shape` [prefixes, V] distribution's rows): responses that drew the same token from
+    the same prefix still share one. Returns the cache rows the new prefixes extend, one per
+    new prefix (None when that is every row once, in order: the cache stays as it is), the
+    token each new prefix adds, and each response's new prefix."""
+    prefixes, vocab = shape
+    unique, inverse = torch.unique(prefix * vocab + token, return_inverse=True)
+    kept = unique // vocab
+    if len(kept) == prefixes and bool((kept == torch.arange(prefixes, device=kept.device)).all()):
+        return None, unique % vocab, inverse
+    return kept, unique % vocab, inverse
 
 
 def _next_logits(
