@@ -155,17 +155,21 @@ def sample(
         logits = _next_logits(model, token.unsqueeze(-1), attention, position, cache)
     token_rows, logprob_rows = tokens.tolist(), logprobs.tolist()
     completions: list[Completion] = []
+    texts: dict[tuple[int, ...], str] = {}  # a group's answers repeat once it has learned one
     for i in range(n):
         row, out = rows[i // repeats], token_rows[i]
         finished = eos in out
         length = out.index(eos) + 1 if finished else steps
         response = out[:length]
+        words = tuple(response[:-1] if finished else response)
+        if words not in texts:
+            # Other special tokens stay visible: a sampled <unk> or <pad> is a wrong word,
+            # not a silently dropped one.
+            texts[words] = str(tokenizer.decode(list(words)))
         completions.append(
             Completion(
                 prompt=labels[i // repeats] if labels is not None else "",
-                # Other special tokens stay visible: a sampled <unk> or <pad> is a wrong word,
-                # not a silently dropped one.
-                text=str(tokenizer.decode(response[:-1] if finished else response)),
+                text=texts[words],
                 prompt_ids=list(row),
                 response_ids=response,
                 behavior_logprobs=logprob_rows[i][:length],
