@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 from async_grpo.config.schema import SamplingConfig
-from async_grpo.generation.decoding import Completion, generate, sample
+from async_grpo.generation.decoding import Completion, _split, generate, sample
 from async_grpo.generation.episodes import to_episodes
 from async_grpo.grpo.batching import pack, sequence_logprobs
 from async_grpo.grpo.logprobs import masked_logits, token_logprobs, token_logprobs_and_entropy
@@ -195,3 +195,24 @@ def test_responses_share_a_forward_row_while_their_prefixes_agree(tiny_checkpoin
     assert widths == [16, *[g for g in going if g]]
     assert any(d < g for d, g in zip(distinct, going, strict=True)), "no prefix was shared"
     assert any(d > 2 for d in distinct), "no group split"
+
+
+def test_split_keeps_one_prefix_per_distinct_token_drawn_from_it() -> None:
+    # Prefix 0's three responses drew 5, 5, 7 and prefix 1's two drew 2, 2 (vocab 10):
+    # three prefixes now, two extending cache row 0 and one row 1.
+    kept, tokens, prefix = _split(
+        torch.tensor([0, 0, 0, 1, 1]), torch.tensor([5, 5, 7, 2, 2]), torch.Size([2, 10])
+    )
+    assert kept is not None
+    assert (kept.tolist(), tokens.tolist(), prefix.tolist()) == (
+        [0, 0, 1],
+        [5, 7, 2],
+        [0, 0, 1, 2, 2],
+    )
+    # Every row extended once, in order: the cache stays as it is.
+    kept, tokens, prefix = _split(torch.tensor([0, 1]), torch.tensor([3, 4]), torch.Size([2, 10]))
+    assert (kept, tokens.tolist(), prefix.tolist()) == (None, [3, 4], [0, 1])
+    # Row 0's responses all ended and row 1's split in two: as many prefixes, other rows.
+    kept, tokens, prefix = _split(torch.tensor([1, 1]), torch.tensor([3, 4]), torch.Size([2, 10]))
+    assert kept is not None
+    assert (kept.tolist(), tokens.tolist(), prefix.tolist()) == ([1, 1], [3, 4], [0, 1])
