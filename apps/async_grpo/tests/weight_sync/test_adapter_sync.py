@@ -72,6 +72,10 @@ async def test_only_the_adapter_moves_and_the_generator_stays_on_policy(
             assert result.update.nbytes == initial.nbytes
             synced = await gen.update_weights.call_one(result.update)
             assert synced.version == result.version == step + 1
+            # Sent again (as the broadcast does after a request brought it), the version is
+            # not pulled twice, and the answer is the pull that brought it.
+            assert synced.seconds > 0
+            assert await gen.update_weights.call_one(result.update) == synced
         theirs = await trainer.full_weights.call_one()
         version, mine = await gen.weights.call_one()
         assert version == 3

@@ -59,6 +59,7 @@ class Generator(Actor):
             device=device,
             lora=lora,
         )
+        self._last_pull: WeightSync | None = None
         settle_heap()
 
     @endpoint
@@ -92,8 +93,13 @@ class Generator(Actor):
     async def update_weights(self, update: WeightUpdate, exact: bool = False) -> WeightSync:
         """Pulls `update` (or a newer staged version), all or nothing; a version this replica
         already runs (or an older one) is skipped, unless `exact`: after the trainer was
-        restored from a checkpoint, its version replaces a newer one that no longer exists."""
+        restored from a checkpoint, its version replaces a newer one that no longer exists.
+        A skipped update answers with the pull that brought the running version (a generation
+        request usually brings it first), so the broadcast still learns what it cost."""
         if not exact and update.version <= self._engine.version:
+            last = self._last_pull
+            if last is not None and last.version == self._engine.version:
+                return last
             return WeightSync(self._engine.version, 0.0)
         return await self._pull(update)
 
@@ -105,6 +111,7 @@ class Generator(Actor):
         with tracing.span("update_weights", version=update.version, bytes=update.nbytes) as s:
             synced = await self._engine.load_weights(update)
             s.set(got=synced.version)
+        self._last_pull = synced
         return synced
 
     @endpoint

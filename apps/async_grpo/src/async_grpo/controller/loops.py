@@ -173,6 +173,7 @@ async def broadcast_loop(job: Job) -> None:
         except NoHealthyReplicaError:
             continue  # every replica died under the fanout: each one back is resent to
         job.metrics.last_sync_s = time.perf_counter() - start
+        job.metrics.last_pull_s = synced.seconds
         # A replica that already pulled this version (a generate request brought it) moves
         # nothing and names no transport; the row keeps the last one that did.
         job.metrics.last_sync_transport = synced.transport or job.metrics.last_sync_transport

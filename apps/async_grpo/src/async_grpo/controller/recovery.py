@@ -116,6 +116,7 @@ async def apply_cut(job: Job, cut: Cut, *, rollback: bool) -> None:
     job.weights.reset(update)
     synced = await sync_weights(job.components, update, exact=True)
     job.metrics.last_sync_transport = synced.transport
+    job.metrics.last_pull_s = synced.seconds
     await job.gate.set(trainer=update.version, generators=update.version)
     if controller.pending_eval is not None:
         job.evaluator.request(controller.pending_eval)

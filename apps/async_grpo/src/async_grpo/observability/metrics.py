@@ -74,6 +74,9 @@ class StepRow:
     tokens_per_s: float
     trainer_idle_frac: float
     weight_sync_s: float
+    """Seconds from the broadcast offering the newest version until every generator replica
+    runs it, as the controller times it: a replica busy sampling answers after its call, so
+    on one replica this is mostly that wait (`weight_pull_s` is the pull itself)."""
     staleness_mean: float
     loss: float
     kl: float
@@ -98,6 +101,10 @@ class StepRow:
     weight_sync_transport: str = ""
     """How the last weight sync's bytes reached the generators: "shm" (same machine), "rdma"
     (another machine), or both joined by "+" (`weight_sync.WeightSync.transport`)."""
+    weight_pull_s: float = 0.0
+    """Seconds the slowest generator replica took to pull and install that version
+    (`weight_sync.WeightSync.seconds`), whether a generation request or the broadcast
+    brought it."""
     episodes_stale: int = 0
     """Where generated episodes went besides training (`fates.py`: generated = trained +
     stale + filtered + dropped + lost + held): evicted as older than `max_policy_age`..."""
@@ -157,6 +164,7 @@ class RunMetrics:
         self.first_step_end: float | None = None
         self.tokens_at_first_step = 0
         self.last_sync_s = 0.0
+        self.last_pull_s = 0.0
         self.last_sync_transport = ""
         self.episodes_dropped = 0
         self.evals: list[EvalScore] = []
@@ -268,6 +276,7 @@ class RunMetrics:
             tokens_per_s=tps,
             trainer_idle_frac=idle,
             weight_sync_s=self.last_sync_s,
+            weight_pull_s=self.last_pull_s,
             staleness_mean=float(ages.double().mean()),
             loss=result.stats.loss,
             kl=result.stats.kl,
@@ -316,6 +325,7 @@ class RunMetrics:
             first_step_end_s=None if first is None else first - self.start,
             tokens_at_first_step=self.tokens_at_first_step,
             last_sync_s=self.last_sync_s,
+            last_pull_s=self.last_pull_s,
             episodes_dropped=self.episodes_dropped,
             evals=tuple(self.evals),
             faults=dataclasses.replace(self.faults),
@@ -344,6 +354,7 @@ class RunMetrics:
         self.first_step_end = None if first is None else self.start + first
         self.tokens_at_first_step = state.tokens_at_first_step
         self.last_sync_s = state.last_sync_s
+        self.last_pull_s = state.last_pull_s
         self.episodes_dropped = state.episodes_dropped
         self.evals = list(state.evals)
         if not keep_faults:
@@ -378,4 +389,6 @@ class MetricsState:
     last_row: StepRow | None
     fates: Fates = dataclasses.field(default_factory=Fates)
     """Where episodes went (generated and trained are the two fields above)."""
+    last_pull_s: float = 0.0
+    """`StepRow.weight_pull_s` of the last row (0 in a checkpoint written before it)."""
     trained_at_first_step: int = 0
