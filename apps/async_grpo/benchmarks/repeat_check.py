@@ -30,6 +30,7 @@ TIMED = frozenset(
         "tokens_per_s",
         "trainer_idle_frac",
         "weight_sync_s",
+        "weight_pull_s",
         "checkpoint_s",
         "replica_down_s",
         "restore_s",
