@@ -97,9 +97,8 @@ def test_every_component_is_traced(traced: Path, tmp_path: Path) -> None:
     pulls = [s for s in trace.spans if s.name == "update_weights"]
     assert all(s.args["bytes"] > 0 for s in pulls)
     # Each row names the pull of the version last broadcast, timed inside a traced pull.
-    rows_read = [json.loads(line) for line in (traced / "metrics.jsonl").read_text().splitlines()]
     longest = max(s.end_s - s.start_s for s in pulls)
-    late = [r["weight_pull_s"] for r in rows_read[2:]]
+    late = [r["weight_pull_s"] for r in rows(traced)[2:]]
     assert all(0 < p <= longest + 1e-3 for p in late), (late, longest)
     # Two measurements of one thing: the trace's trainer busy share and the run's own
     # trainer idle time (both from the end of the first step).
