@@ -261,6 +261,11 @@ class TrainerConfig:
     of once a row (the responses then in one pass, packed end to end into rows with no
     padding but the rows' ends: `grpo.packing`). False: every row runs its own prompt. The
     reference model always shares."""
+    merge_identical: bool = True
+    """Episodes of a step identical in everything the loss reads (a group that has learned
+    its answer repeats it) go through the model once, each token's loss weighted by how many
+    they are (`grpo.batching.identical_rows`): the same loss and gradient up to float
+    rounding, from fewer rows. False: a row per episode."""
     advantage_scale: AdvantageScale = "std"
     """What a group's centred rewards are divided by: "std" (GRPO), "mean" (MaxRL's mean,
     measured from the group's lowest reward: for 0/1 rewards the supervised gradient in

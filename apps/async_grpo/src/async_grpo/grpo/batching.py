@@ -30,7 +30,10 @@ class TrainBatch:
     0.0 on environment tokens and padding; `behavior_logprobs` [B, T] the generator's
     log-probs of those tokens (0 on padding); `ref_logprobs` [B, T] the reference model's,
     or None when KL is off; `advantages` [B] one per episode, or [B, T] one per response token
-    when an episode of the batch carries `token_advantages` (the others' broadcast).
+    when an episode of the batch carries `token_advantages` (the others' broadcast);
+    `count` [B] how many of the step's episodes each row stands for (`identical_rows`: a row
+    whose duplicates were set aside counts for them too, a set-aside duplicate 0), or None:
+    one each.
     """
 
     input_ids: Tensor
@@ -40,10 +43,12 @@ class TrainBatch:
     behavior_logprobs: Tensor
     ref_logprobs: Tensor | None
     advantages: Tensor
+    count: Tensor | None = None
 
     def to(self, device: torch.device) -> TrainBatch:
         """The same batch on `device` (a no-op where it already is)."""
         ref = self.ref_logprobs.to(device) if self.ref_logprobs is not None else None
+        count = self.count.to(device) if self.count is not None else None
         return TrainBatch(
             input_ids=self.input_ids.to(device),
             attention_mask=self.attention_mask.to(device),
@@ -52,7 +57,16 @@ class TrainBatch:
             behavior_logprobs=self.behavior_logprobs.to(device),
             ref_logprobs=ref,
             advantages=self.advantages.to(device),
+            count=count,
         )
+
+    @property
+    def loss_weight(self) -> Tensor:
+        """[B, T] each response token's weight in the loss: `response_mask` times the row's
+        `count`."""
+        if self.count is None:
+            return self.response_mask
+        return self.response_mask * self.count.unsqueeze(1).to(self.response_mask.dtype)
 
     @property
     def seq_lens(self) -> Tensor:
@@ -73,6 +87,7 @@ class TrainBatch:
             behavior_logprobs=self.behavior_logprobs[rows, :resp],
             ref_logprobs=None if self.ref_logprobs is None else self.ref_logprobs[rows, :resp],
             advantages=adv if adv.dim() == 1 else adv[:, :resp],
+            count=None if self.count is None else self.count[rows],
         )
 
 
@@ -122,6 +137,30 @@ def pack(
         ref_logprobs=ref_logprobs,
         advantages=advantages,
     )
+
+
+def identical_rows(batch: TrainBatch, rows: Tensor) -> tuple[Tensor, Tensor]:
+    """Among `rows` [R] (indices) of `batch`, the first of each set of rows equal in every
+    field the loss reads (tokens, masks, behaviour and reference log-probs, advantages,
+    compared bit for bit): [K] those rows, in the order of `rows`, and [K] how many of
+    `rows` each stands for. Equal rows have equal log-probs, entropies and loss terms, so a
+    pass over the K rows with each token's loss weighted by its row's count is the pass over
+    all R (a group that has learned its answer repeats it: a trained tiny run's batches hold
+    a few distinct responses a group)."""
+    fields = [batch.input_ids, batch.attention_mask, batch.response_mask]
+    fields += [batch.behavior_logprobs, batch.advantages.reshape(len(batch.advantages), -1)]
+    if batch.ref_logprobs is not None:
+        fields.append(batch.ref_logprobs)
+    # Each field's bytes as integers: bit equality, whatever the dtype (-0.0 and 0.0 differ,
+    # which only keeps two rows apart).
+    key = torch.cat([f[rows].contiguous().view(torch.uint8).long() for f in fields], 1)
+    _, of_row, counts = torch.unique(key, dim=0, return_inverse=True, return_counts=True)
+    n = len(rows)
+    first = torch.full((len(counts),), n, device=key.device).scatter_reduce(
+        0, of_row, torch.arange(n, device=key.device), "amin"
+    )
+    order = torch.argsort(first)
+    return rows[first[order]], counts[order]
 
 
 def micro_batches(seq_lens: Tensor, token_budget: int, at_least: int = 1) -> list[Tensor]:

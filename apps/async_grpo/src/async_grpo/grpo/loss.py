@@ -56,7 +56,8 @@ def grpo_loss(
     `logprobs` [B, T] carry gradient (current policy); `behavior_logprobs` [B, T] are what
     the generator's sampling distribution gave the same tokens; `advantages` is [B] (one per
     sequence, broadcast over its tokens) or [B, T] (one per token); `ref_logprobs` [B, T]
-    is needed when `cfg.kl_coef > 0`.
+    is needed when `cfg.kl_coef > 0`. `mask` may weigh a row's tokens by more than 1: a row
+    that stands for n identical sequences counts n times in every sum (`tokens` included).
     Averaging over tokens (not per sequence first) weighs every token equally, so long
     answers are not diluted. `token_count` replaces the divisor `mask.sum()` (a data-parallel
     rank holding part of a batch passes the whole batch's count, so the ranks' losses and

@@ -21,6 +21,7 @@ from transformers import PreTrainedModel
 from async_grpo.config.schema import SamplingConfig, TrainerConfig
 from async_grpo.grpo.batching import (
     TrainBatch,
+    identical_rows,
     micro_batches,
     pack,
     sequence_logprobs_and_entropy,
@@ -138,18 +139,27 @@ class TrainerCore:
         The rows go through the model in micro-batches of at most
         `cfg.micro_batch_tokens` padded tokens (`batching.micro_batches`), their gradients
         summed: every token's loss is divided by the whole batch's token count, so the
-        step is the one a single pass would take, up to float rounding."""
+        step is the one a single pass would take, up to float rounding. With
+        `cfg.merge_identical` a set of identical episodes takes one row, its tokens weighted
+        by their number (`batching.identical_rows`): the same step again."""
         whole = pack(episodes, self.pad_id, ref_logprobs)
         token_count = int(whole.response_mask.sum())
         budget, lens = self.cfg.micro_batch_tokens, whole.seq_lens
         ranks = [
-            rank_rows(len(episodes), self.sampling.group_size, r, self.world_size)
+            torch.arange(len(episodes))[
+                rank_rows(len(episodes), self.sampling.group_size, r, self.world_size)
+            ]
             for r in range(self.world_size)
         ]
+        if self.cfg.merge_identical:
+            count = torch.zeros(len(episodes), dtype=torch.long)
+            for r, rows in enumerate(ranks):
+                ranks[r], count[ranks[r]] = identical_rows(whole, rows)
+            whole = dataclasses.replace(whole, count=count)
         # Every rank runs the same collectives in each pass, so all make as many passes as
         # the rank that needs the most.
         passes = max(len(micro_batches(lens[r], budget)) for r in ranks)
-        mine = torch.arange(len(episodes))[ranks[self.rank]]
+        mine = ranks[self.rank]
         plan = [mine[run] for run in micro_batches(lens[mine], budget, at_least=passes)]
         device = next(self.model.parameters()).device
         self.optimizer.zero_grad(set_to_none=True)
@@ -199,7 +209,7 @@ class TrainerCore:
             lp,
             batch.behavior_logprobs,
             batch.advantages,
-            batch.response_mask,
+            batch.loss_weight,
             loss_cfg,
             ref_logprobs=batch.ref_logprobs,
             token_count=token_count,

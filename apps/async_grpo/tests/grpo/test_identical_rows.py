@@ -1,0 +1,115 @@
+"""`trainer.merge_identical`: identical episodes of a step take one row, their tokens weighted
+by their number, and the step is the one a row per episode gives."""
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+from async_grpo.config.schema import LossConfig, SamplingConfig, TrainerConfig
+from async_grpo.grpo.batching import identical_rows, pack
+from async_grpo.grpo.loss import grpo_loss
+from async_grpo.grpo.step import TrainerCore
+from async_grpo.model.policy import load_policy, load_tokenizer
+from replay_buffer import Episode
+
+
+def episode(
+    prompt: list[int], response: list[int], advantage: float = 1.0, lp: float = -0.5, group: int = 0
+) -> Episode:
+    return Episode(
+        prompt_ids=torch.tensor(prompt),
+        response_ids=torch.tensor(response),
+        behavior_logprobs=torch.full((len(response),), lp),
+        reward=advantage,
+        advantage=advantage,
+        policy_version=0,
+        group_id=group,
+    )
+
+
+def test_the_first_of_each_set_of_equal_rows_and_how_many_it_stands_for() -> None:
+    eps = [
+        episode([2, 3], [4, 5]),  # 0
+        episode([2, 3], [4]),  # 1: a prefix of 0's response, not equal
+        episode([2, 3], [4, 5]),  # 2 = 0
+        episode([2, 3], [4, 5], lp=-0.25),  # 3: 0's tokens, other log-probs
+        episode([2, 3], [4, 5], advantage=-1.0),  # 4: 0's tokens, another advantage
+        episode([2, 3], [4]),  # 5 = 1
+        episode([2, 3], [4, 5]),  # 6 = 0
+        episode([2], [3, 4, 5]),  # 7: the same tokens end to end, another prompt
+    ]
+    batch = pack(eps, pad_id=0)
+    rows, counts = identical_rows(batch, torch.arange(len(eps)))
+    assert rows.tolist() == [0, 1, 3, 4, 7]
+    assert counts.tolist() == [3, 2, 1, 1, 1]
+    # A subset (a rank's rows): indices into the batch, in the subset's order.
+    rows, counts = identical_rows(batch, torch.tensor([5, 6, 1, 2]))
+    assert (rows.tolist(), counts.tolist()) == ([5, 6], [2, 2])
+    # Reference log-probs are compared too.
+    ref = torch.zeros(len(eps), 3)
+    ref[2, 0] = -1.0
+    rows, counts = identical_rows(pack(eps, 0, ref), torch.arange(len(eps)))
+    assert (rows.tolist(), counts.tolist()) == ([0, 1, 2, 3, 4, 7], [2, 2, 1, 1, 1, 1])
+
+
+def test_a_row_weighted_n_is_n_rows_in_the_loss() -> None:
+    lp = torch.tensor([[-0.4, -0.9], [-1.2, 0.0]])
+    behavior = torch.tensor([[-0.5, -1.0], [-1.0, 0.0]])
+    adv = torch.tensor([1.0, -0.5])
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+    cfg = LossConfig(clip_eps=0.2)
+    three = (torch.tensor([0, 0, 0, 1]),)  # row 0 three times, row 1 once
+    want, want_stats = grpo_loss(lp[three], behavior[three], adv[three], mask[three], cfg)
+    weighted = mask * torch.tensor([[3.0], [1.0]])
+    got, stats = grpo_loss(lp, behavior, adv, weighted, cfg, token_count=7)
+    assert got.item() == pytest.approx(want.item())
+    assert dataclasses.asdict(stats) == pytest.approx(dataclasses.asdict(want_stats))
+    assert stats.tokens == 7
+
+
+def test_a_step_over_merged_rows_is_the_step_over_every_episode(tiny_checkpoint: Path) -> None:
+    tok = load_tokenizer(str(tiny_checkpoint))
+    loss = LossConfig(kl_coef=0.1, entropy_coef=0.05)
+    merged, plain = (
+        TrainerCore(
+            load_policy(str(tiny_checkpoint)),
+            TrainerConfig(lr=1e-2, loss=loss, merge_identical=merge, micro_batch_tokens=40),
+            SamplingConfig(group_size=4, max_new_tokens=6),
+            vocab_size=len(tok),
+            pad_id=int(tok.pad_token_id),
+            total_steps=10,
+        )
+        for merge in (True, False)
+    )
+    # Two groups of 4: the first repeats one answer three times, the second holds a pair.
+    a, b = tok("count to 3:").input_ids, tok("count to 2:").input_ids
+    eps = [
+        episode(a, [7, 8, 9], 0.5),
+        episode(a, [7, 8, 9], 0.5),
+        episode(a, [7, 8], -1.5),
+        episode(a, [7, 8, 9], 0.5),
+        episode(b, [5], 1.0, group=1),
+        episode(b, [5, 6, 6, 6], -1.0, group=1),
+        episode(b, [5], 1.0, group=1),
+        episode(b, [6, 6], -1.0, group=1),
+    ]
+    ref = torch.full((len(eps), 4), -0.7)
+    rows: list[int] = []
+    merged.model.register_forward_pre_hook(
+        lambda _m, _a, kw: rows.append(len(kw["input_ids"])), with_kwargs=True
+    )
+    got, want = merged.step(eps, ref), plain.step(eps, ref)
+    # Two prompts, then the 5 distinct responses (12 tokens) packed
+    # into 3 rows of 4 places, in one micro-batch; a row per episode takes more.
+    assert rows == [2, 3]
+    assert got.loss.tokens == want.loss.tokens == 19
+    for field in ("loss", "policy_loss", "kl", "ratio_mean", "clip_frac", "entropy"):
+        assert getattr(got.loss, field) == pytest.approx(
+            getattr(want.loss, field), rel=1e-5, abs=1e-7
+        ), field
+    assert got.grad_norm == pytest.approx(want.grad_norm, rel=1e-5)
+    grads = dict(plain.model.named_parameters())
+    for name, p in merged.model.named_parameters():
+        assert p.grad is not None, name
+        torch.testing.assert_close(p.grad, grads[name].grad, rtol=1e-4, atol=1e-7, msg=name)
