@@ -151,9 +151,7 @@ def identical_rows(batch: TrainBatch, rows: Tensor) -> tuple[Tensor, Tensor]:
     fields += [batch.behavior_logprobs, batch.advantages.reshape(len(batch.advantages), -1)]
     if batch.ref_logprobs is not None:
         fields.append(batch.ref_logprobs)
-    # Each field's bytes as integers: bit equality, whatever the dtype (-0.0 and 0.0 differ,
-    # which only keeps two rows apart).
-    key = torch.cat([f[rows].contiguous().view(torch.uint8).long() for f in fields], 1)
+    key = torch.cat([_bits(f[rows]) for f in fields], 1)
     _, of_row, counts = torch.unique(key, dim=0, return_inverse=True, return_counts=True)
     n = len(rows)
     first = torch.full((len(counts),), n, device=key.device).scatter_reduce(
@@ -161,6 +159,16 @@ def identical_rows(batch: TrainBatch, rows: Tensor) -> tuple[Tensor, Tensor]:
     )
     order = torch.argsort(first)
     return rows[first[order]], counts[order]
+
+
+def _bits(t: Tensor) -> Tensor:
+    """[R, n] integers holding the elements of `t` [R, ...] bit for bit, whatever its dtype
+    (so -0.0 and 0.0 differ, which only keeps two rows apart)."""
+    ints = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}
+    t = t.contiguous()
+    if t.dtype != torch.int64:
+        t = t.view(ints[t.element_size()])
+    return t.reshape(len(t), -1).long()
 
 
 def micro_batches(seq_lens: Tensor, token_budget: int, at_least: int = 1) -> list[Tensor]:
