@@ -73,8 +73,10 @@ def tiny() -> RunConfig:
         buffer=BufferConfig(max_policy_age=1, capacity=1024),
         steps=800,
         rollout_loops=2,
-        # The trainer is the slowest part on two shared cores: the other processes yield
-        # to it (measured in apps/async_grpo/README.md, "Async vs sync").
+        # The trainer was the slowest part on two shared cores: the other processes yield
+        # to it (measured in apps/async_grpo/README.md, "Async vs sync"). Since a step runs
+        # identical episodes once (`trainer.merge_identical`) the rollouts are, once the
+        # policy repeats its answers; `--nice 0` read the same there (1.61x against 1.63x).
         nice=10,
         window=64,
         eval_every=40,
