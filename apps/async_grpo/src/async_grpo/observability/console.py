@@ -72,7 +72,7 @@ class Reporter:
             f"{row.episodes_per_s:.0f} ep/s {row.tokens_per_s:.0f} tok/s | "
             f"trained {_share(row.episodes_trained, row.episodes_generated)} of generated | "
             f"trainer idle {row.trainer_idle_frac:.0%} | sync {row.weight_sync_s * 1e3:.0f} ms "
-            f"(pull {row.weight_pull_s * 1e3:.0f}) | "
+            f"(pull {row.weight_pull_s * 1e3:.0f} ms) | "
             f"stale {row.staleness_mean:.2f} | loss {row.loss:+.3f} | "
             f"uniform groups {row.uniform_groups:.0%} | entropy {row.entropy:.2f} | "
             f"{row.wall_s:.0f}s"
