@@ -56,7 +56,12 @@ async def run_steps(c: Components, cfg: RunConfig, single: TrainerMesh) -> list[
             batch = await c.buffer.endpoint(BufferActor.sample).route(
                 version, cfg.trainer.batch_size
             )
-        episodes = list(batch.episodes)
+        # Five copies of each group's first episode, as a policy that has learned its answer
+        # repeats it: each rank merges the copies among its own rows (`merge_identical`).
+        g = cfg.sampling.group_size
+        episodes = [
+            batch.episodes[i - i % g] if 0 < i % g < 6 else e for i, e in enumerate(batch.episodes)
+        ]
         result, one = await asyncio.gather(
             c.trainer.train_step(episodes, None), single.train_step(episodes, None)
         )
