@@ -103,6 +103,7 @@ def test_a_step_over_merged_rows_is_the_step_over_every_episode(tiny_checkpoint:
     # Two prompts, then the 5 distinct responses (12 tokens) packed
     # into 3 rows of 4 places, in one micro-batch; a row per episode takes more.
     assert rows == [2, 3]
+    assert (got.rows, want.rows) == (5, 8)  # the rows the step reports (its trace span's)
     assert got.loss.tokens == want.loss.tokens == 19
     for field in ("loss", "policy_loss", "kl", "ratio_mean", "clip_frac", "entropy"):
         assert getattr(got.loss, field) == pytest.approx(

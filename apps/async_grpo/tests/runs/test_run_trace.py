@@ -94,6 +94,14 @@ def test_every_component_is_traced(traced: Path, tmp_path: Path) -> None:
         if s.process == "trainer 1" and s.name == "train_step"
     )
     assert steps_seen == list(range(1, steps + 1))
+    # A rank's step names the rows it ran: its share of the batch, identical ones merged.
+    ran = [
+        (s.args["rows"], s.args["episodes"])
+        for s in trace.spans
+        if s.process.startswith("trainer") and s.name == "train_step"
+    ]
+    assert len(ran) == 2 * steps
+    assert all(0 < r <= n for r, n in ran), ran
     pulls = [s for s in trace.spans if s.name == "update_weights"]
     assert all(s.args["bytes"] > 0 for s in pulls)
     # Each row names the pull of the version last broadcast, timed inside a traced pull.

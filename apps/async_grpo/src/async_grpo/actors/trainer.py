@@ -133,8 +133,11 @@ class Trainer(Actor):
         """One step on this rank's share of the batch, then the new version staged."""
         maybe_hang("trainer", "train_step")
         start = time.perf_counter()
-        with tracing.span("train_step", version=self._core.version + 1, episodes=len(episodes)):
+        with tracing.span(
+            "train_step", version=self._core.version + 1, episodes=len(episodes)
+        ) as span:
             step = self._core.step(episodes, ref_logprobs)
+            span.set(rows=step.rows)
         trained = time.perf_counter()
         with tracing.span("publish", version=self._core.version):
             weights = self._publisher.publish(self._core.version)

@@ -36,11 +36,13 @@ class NonFiniteError(RuntimeError):
 @dataclasses.dataclass(frozen=True)
 class StepStats:
     """One optimizer step: loss statistics (this rank's share when data-parallel), the
-    gradient norm before clipping (global), and the learning rate used."""
+    gradient norm before clipping (global), the learning rate used, and the rows this rank
+    ran through the model (its episodes, fewer where identical ones merged)."""
 
     loss: LossStats
     grad_norm: float
     lr: float
+    rows: int = 0
 
 
 def make_optimizer(params: Iterable[torch.nn.Parameter], cfg: TrainerConfig) -> torch.optim.AdamW:
@@ -192,7 +194,7 @@ class TrainerCore:
         self.before_update()
         self.optimizer.step()
         self.version += 1
-        return StepStats(stats, grad_norm, lr)
+        return StepStats(stats, grad_norm, lr, rows=len(mine))
 
     def _loss(self, batch: TrainBatch, token_count: int) -> tuple[Tensor, LossStats]:
         """The GRPO loss of one pass over `batch`, every token divided by `token_count`."""
