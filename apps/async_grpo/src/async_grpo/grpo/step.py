@@ -42,7 +42,7 @@ class StepStats:
     loss: LossStats
     grad_norm: float
     lr: float
-    rows: int = 0
+    rows: int
 
 
 def make_optimizer(params: Iterable[torch.nn.Parameter], cfg: TrainerConfig) -> torch.optim.AdamW:
