@@ -53,6 +53,27 @@ def test_the_first_of_each_set_of_equal_rows_and_how_many_it_stands_for() -> Non
     assert (rows.tolist(), counts.tolist()) == ([0, 1, 2, 3, 4, 7], [2, 2, 1, 1, 1, 1])
 
 
+def test_the_same_tokens_and_masks_split_at_another_place_are_not_equal() -> None:
+    # A multi-turn response ending in environment tokens (mask 0, log-prob 0): the two rows
+    # hold the same tokens, masks and log-probs, but train on different tokens.
+    a = dataclasses.replace(
+        episode([2, 3], [4, 5]),
+        loss_mask=torch.tensor([True, False]),
+        behavior_logprobs=torch.tensor([-0.5, 0.0]),
+    )
+    b = dataclasses.replace(
+        episode([2], [3, 4, 5]),
+        loss_mask=torch.tensor([True, False, False]),
+        behavior_logprobs=torch.tensor([-0.5, 0.0, 0.0]),
+    )
+    batch = pack([a, b], pad_id=0)
+    assert torch.equal(batch.input_ids[0], batch.input_ids[1])
+    assert torch.equal(batch.response_mask[0], batch.response_mask[1])
+    assert torch.equal(batch.behavior_logprobs[0], batch.behavior_logprobs[1])
+    rows, counts = identical_rows(batch, torch.arange(2))
+    assert (rows.tolist(), counts.tolist()) == ([0, 1], [1, 1])
+
+
 def test_a_row_weighted_n_is_n_rows_in_the_loss() -> None:
     lp = torch.tensor([[-0.4, -0.9], [-1.2, 0.0]])
     behavior = torch.tensor([[-0.5, -1.0], [-1.0, 0.0]])

@@ -141,13 +141,16 @@ def pack(
 
 def identical_rows(batch: TrainBatch, rows: Tensor) -> tuple[Tensor, Tensor]:
     """Among `rows` [R] (indices) of `batch`, the first of each set of rows equal in every
-    field the loss reads (tokens, masks, behaviour and reference log-probs, advantages,
-    compared bit for bit): [K] those rows, in the order of `rows`, and [K] how many of
-    `rows` each stands for. Equal rows have equal log-probs, entropies and loss terms, so a
-    pass over the K rows with each token's loss weighted by its row's count is the pass over
-    all R (a group that has learned its answer repeats it: a trained tiny run's batches hold
-    a few distinct responses a group)."""
-    fields = [batch.input_ids, batch.attention_mask, batch.response_mask]
+    field the loss reads (tokens, where the response starts, masks, behaviour and reference
+    log-probs, advantages, compared bit for bit): [K] those rows, in the order of `rows`,
+    and [K] how many of `rows` each stands for. Equal rows have equal log-probs, entropies
+    and loss terms, so a pass over the K rows with each token's loss weighted by its row's
+    count is the pass over all R (a group that has learned its answer repeats it: a trained
+    tiny run's batches hold a few distinct responses a group)."""
+    # Where the response starts too: with environment tokens (mask 0) at a response's end,
+    # two rows can hold the same tokens and masks but split them at different places.
+    fields = [batch.input_ids, batch.response_start.unsqueeze(1), batch.attention_mask]
+    fields.append(batch.response_mask)
     fields += [batch.behavior_logprobs, batch.advantages.reshape(len(batch.advantages), -1)]
     if batch.ref_logprobs is not None:
         fields.append(batch.ref_logprobs)
