@@ -154,14 +154,20 @@ def identical_rows(batch: TrainBatch, rows: Tensor) -> tuple[Tensor, Tensor]:
     fields += [batch.behavior_logprobs, batch.advantages.reshape(len(batch.advantages), -1)]
     if batch.ref_logprobs is not None:
         fields.append(batch.ref_logprobs)
-    key = torch.cat([_bits(f[rows]) for f in fields], 1)
-    _, of_row, counts = torch.unique(key, dim=0, return_inverse=True, return_counts=True)
-    n = len(rows)
-    first = torch.full((len(counts),), n, device=key.device).scatter_reduce(
+    first, of_row = _distinct_rows(torch.cat([_bits(f[rows]) for f in fields], 1))
+    order = torch.argsort(first)
+    return rows[first[order]], torch.bincount(of_row, minlength=len(first))[order]
+
+
+def _distinct_rows(key: Tensor) -> tuple[Tensor, Tensor]:
+    """The distinct rows of `key` [R, n]: [K] the first row holding each (in the order of
+    `torch.unique`) and [R] each row's index into those K."""
+    distinct, of_row = torch.unique(key, dim=0, return_inverse=True)
+    n = len(key)
+    first = torch.full((len(distinct),), n, device=key.device).scatter_reduce(
         0, of_row, torch.arange(n, device=key.device), "amin"
     )
-    order = torch.argsort(first)
-    return rows[first[order]], counts[order]
+    return first, of_row
 
 
 def _bits(t: Tensor) -> Tensor:
@@ -318,9 +324,5 @@ def _shared_prompts(batch: TrainBatch) -> tuple[Tensor, Tensor, Tensor]:
     key = torch.cat(
         [starts.unsqueeze(1), torch.where(in_prompt, batch.input_ids[:, :longest], -1)], 1
     )
-    distinct, of_row = torch.unique(key, dim=0, return_inverse=True)
-    rows = len(starts)
-    first = torch.full((len(distinct),), rows, device=starts.device).scatter_reduce(
-        0, of_row, torch.arange(rows, device=starts.device), "amin"
-    )
+    first, of_row = _distinct_rows(key)
     return first, of_row, in_prompt[first].long()

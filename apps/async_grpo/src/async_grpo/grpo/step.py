@@ -156,7 +156,8 @@ class TrainerCore:
         if self.cfg.merge_identical:
             count = torch.zeros(len(episodes), dtype=torch.long)
             for r, rows in enumerate(ranks):
-                ranks[r], count[ranks[r]] = identical_rows(whole, rows)
+                kept, counts = identical_rows(whole, rows)
+                ranks[r], count[kept] = kept, counts
             whole = dataclasses.replace(whole, count=count)
         # Every rank runs the same collectives in each pass, so all make as many passes as
         # the rank that needs the most.
