@@ -40,7 +40,7 @@ from async_grpo.controller.cut import HOLDS, ControllerState, write_files
 from async_grpo.controller.ledger import LedgerState, PromptLedger
 from async_grpo.controller.staleness import StalenessGate
 from async_grpo.launch.spawn import Components
-from async_grpo.observability.sink import MetricsSink, lines_up_to
+from async_grpo.observability.sink import MetricsSink, rows_up_to
 
 
 class CutSource(Protocol):
@@ -128,14 +128,16 @@ class Checkpoints:
             start = time.perf_counter()
             await job.components.trainer.saved()
             sink = job.sink
+            metrics_end, prompts_end = sink.ends_at(version)
             await asyncio.to_thread(
-                write_files,
-                partial,
-                self._cfg,
-                state,
-                buffer,
-                metrics_rows=lines_up_to(sink.path, version),
-                prompt_rows=lines_up_to(sink.prompts_path, version),
+                lambda: write_files(
+                    partial,
+                    self._cfg,
+                    state,
+                    buffer,
+                    metrics_rows=rows_up_to(sink.path, metrics_end),
+                    prompt_rows=rows_up_to(sink.prompts_path, prompts_end),
+                )
             )
             final = await asyncio.to_thread(
                 disk.finish, partial, version, self._cfg.trainer.procs, HOLDS
