@@ -20,6 +20,12 @@ is the reward of the last 64 generated episodes (it swings by about 0.15 from st
 `final_eval` the final weights' score on the preset's fixed evaluation set (it does not).
 `--nice N` runs both modes with the run option `--nice N` (the preset's 10 by default; 0:
 the other processes at the trainer's priority).
+
+Then, from each run's trace, where the batch cycle goes (`observability/report/cycle.py`):
+from the end of the step that makes version v to the start of the step that trains on v's
+episodes, segment by segment, in mean ms a cycle over each mode's runs (the first tenth of
+each run's steps left out), and the identity the step period follows, (C + T) / (a + 1).
+The JSON rows gain "cycle_ms" (segment -> ms), "train_ms" and "period_ms".
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ from typing import TYPE_CHECKING
 
 from async_grpo.config.args import apply_overrides
 from async_grpo.config.presets import tiny
+from async_grpo.observability.report.cycle import SEGMENTS, Cycles, batch_cycles
+from async_grpo.tracing.files import load_trace
 
 if TYPE_CHECKING:
     from async_grpo.observability.console import Summary
@@ -82,11 +90,16 @@ def main() -> None:
         f"seed {args.seed}, nice {nice}, {os.cpu_count()} CPUs"
     )
     runs: dict[str, list[Summary]] = {"sync": [], "async": []}
+    cycles: dict[str, list[Cycles]] = {"sync": [], "async": []}
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.rounds):
             for mode in ("sync", "async") if i % 2 == 0 else ("async", "sync"):
                 out = Path(tmp) / f"{mode}-{i}"
                 runs[mode].append(bench(mode, steps, args.seed, out, nice))
+                age = tiny().buffer.max_policy_age if mode == "async" else 0
+                found = batch_cycles(load_trace(out / "trace.json"), age, skip=steps // 10)
+                if found is not None:
+                    cycles[mode].append(found)
     print(
         f"{'mode':6} {'round':>5} {'episodes/s':>11} {'trainer idle':>13} "
         f"{'trained/generated':>18} {'final reward':>13} {'final eval':>11} {'wall s':>7}"
@@ -108,8 +121,68 @@ def main() -> None:
             )
     sync, async_ = (pooled_rate(runs[mode]) for mode in ("sync", "async"))
     print(f"async / sync episodes/s: {async_ / max(sync, 1e-9):.2f}x")
+    pooled_cycles = {mode: pool_cycles(found) for mode, found in cycles.items() if found}
+    if len(pooled_cycles) == 2:
+        print_cycles(pooled_cycles["sync"], pooled_cycles["async"])
+        for row in rows:
+            row.update(cycle_row(pooled_cycles[str(row["mode"])]))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2) + "\n")
+
+
+def pool_cycles(found: list[Cycles]) -> Cycles:
+    """One mode's cycles over its runs: each mean weighted by its run's cycles."""
+    n = sum(c.count for c in found)
+
+    def mean(values: list[float]) -> float:
+        return sum(v * c.count for v, c in zip(values, found, strict=True)) / n
+
+    segments = tuple(mean([c.segments_ms[i] for c in found]) for i in range(len(SEGMENTS)))
+    return Cycles(
+        found[0].age,
+        n,
+        segments,
+        sum(segments),
+        mean([c.train_ms for c in found]),
+        mean([c.period_ms for c in found]),
+    )
+
+
+def print_cycles(sync: Cycles, async_: Cycles) -> None:
+    """The batch cycle's segments side by side, and the step period they make."""
+    print(
+        f"batch cycle, mean ms ({sync.count} sync and {async_.count} async cycles): from the "
+        "step that makes v to the step that trains on v's episodes"
+    )
+    print(f"{'':22} {'sync':>7} {'async':>7} {'async/sync':>11}")
+    lines = [
+        (name, a, b)
+        for (name, _), a, b in zip(SEGMENTS, sync.segments_ms, async_.segments_ms, strict=True)
+    ]
+    lines += [
+        ("cycle C", sync.cycle_ms, async_.cycle_ms),
+        ("train step T", sync.train_ms, async_.train_ms),
+    ]
+    for name, a, b in lines:
+        print(f"{name:22} {a:7.2f} {b:7.2f} {_times(b, a):>11}")
+    for c, mode in ((sync, "sync"), (async_, "async")):
+        print(
+            f"{mode} step period {c.period_ms:.2f} ms = (C + T) / {c.age + 1} = "
+            f"{(c.cycle_ms + c.train_ms) / (c.age + 1):.2f} ms"
+        )
+
+
+def cycle_row(c: Cycles) -> dict[str, object]:
+    """A mode's cycle for its JSON row."""
+    return {
+        "cycle_ms": dict(zip((name for name, _ in SEGMENTS), c.segments_ms, strict=True)),
+        "train_ms": c.train_ms,
+        "period_ms": c.period_ms,
+    }
+
+
+def _times(num: float, den: float) -> str:
+    return f"{num / den:.2f}x" if den > 0 else "-"
 
 
 def pooled_rate(summaries: list[Summary]) -> float:

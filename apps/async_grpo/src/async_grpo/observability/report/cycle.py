@@ -1,0 +1,146 @@
+"""Where the time goes between a version and the train step that learns from it: the batch
+cycle, read from a run's trace (pure functions, no plotting).
+
+With staleness bound `a` (`max_policy_age`; 0 in sync mode), the episodes sampled on the
+weights of version v are trained by the step that makes version v + a + 1 at the latest,
+and in the steady state at exactly that step: the rollouts cannot start them before v
+exists. The cycle C is the time from the end of the train step that makes v to the start
+of the step that makes v + a + 1; that step's own duration is T. Over those a + 1 steps
+the trainer's clock advances by C + T, so over a run, exactly,
+
+    mean step period = (mean C + mean T) / (a + 1).
+
+Sync mode (a = 0) pays the whole cycle every step; async at bound 1 shares it between two
+steps, which is why it can approach, never pass, twice the speed of sync: what keeps it
+below is the cycle and the step growing when the rollouts and the trainer share the cores.
+`batch_cycles` splits C into the segments below (they add up to C, cycle by cycle) for
+the first generation call on each version's weights.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import statistics
+from collections.abc import Sequence
+
+from async_grpo.tracing.files import SpanEvent, Trace
+
+SEGMENTS = (
+    ("step answered", "the trainer's answer reaches the controller"),
+    ("request sent", "the controller records the step and sends the generation request"),
+    ("request to sampling", "the request reaches the generator, which pulls the weights"),
+    ("sampling", "the generator samples the call's responses"),
+    ("answer back", "the responses reach the controller"),
+    ("reward", "scored by the reward service"),
+    ("into the buffer", "advantages computed, the groups put into the replay buffer"),
+    ("trainer busy", "the batch is ready; the trainer still runs the step before"),
+    ("hand-over", "the buffer's batch reaches the trainer, which starts the step"),
+)
+"""The cycle's segments in order: (name, what happens in it)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Cycles:
+    """The batch cycles of a trace's steady state at staleness bound `age`: the mean
+    milliseconds of each of `SEGMENTS` (`segments_ms`, in that order; they add up to
+    `cycle_ms`), the mean cycle C and train step T in ms over the `count` cycles found, and
+    the mean step period in ms over the same steps (`period_ms`: the trainer's clock from
+    the first cycle's start to the last one's step end, over the steps in between)."""
+
+    age: int
+    count: int
+    segments_ms: tuple[float, ...]
+    cycle_ms: float
+    train_ms: float
+    period_ms: float
+
+
+def batch_cycles(trace: Trace, age: int, skip: int = 0) -> Cycles | None:
+    """The cycles of the versions after the first `skip` train steps, the first cycle of a
+    version whose spans are all in the trace (a prompts run: `generate`, `reward` and `put`
+    spans in the controller's rollout lanes); None when there is none (an environments run,
+    or too few steps)."""
+    trained = {_version(s): s for s in _named(trace, "trainer", "train_step")}
+    answered = {_version(s): s for s in _named(trace, "controller", "train_step")}
+    sampled: dict[int, SpanEvent] = {}
+    for s in _named(trace, "generator", "generate"):
+        sampled.setdefault(_version(s), s)  # the first call on each version's weights
+    requests = _named(trace, "controller", "generate")
+    rewards = _named(trace, "controller", "reward")
+    puts = _named(trace, "controller", "put")
+    stored = _named(trace, "buffer", "put")
+    rows: list[tuple[float, ...]] = []
+    firsts: list[float] = []
+    lasts: list[float] = []
+    steps = sorted(trained)[skip:]
+    for v in steps:
+        made, learns = trained.get(v), trained.get(v + age + 1)
+        before = trained.get(v + age)
+        if made is None or learns is None or before is None or v not in answered:
+            continue
+        sample = sampled.get(v)
+        request = _served(requests, sample) if sample is not None else None
+        if sample is None or request is None:
+            continue
+        reward = _next_on_lane(rewards, request.lane, request.end_s)
+        put = _next_on_lane(puts, request.lane, reward.end_s) if reward is not None else None
+        store = _handled(stored, put) if put is not None else None
+        if reward is None or store is None:
+            continue
+        ready = store.end_s
+        free = max(ready, before.end_s)  # the trainer can take the batch from here
+        marks = (
+            made.end_s,
+            answered[v].end_s,
+            request.start_s,
+            sample.start_s,
+            sample.end_s,
+            request.end_s,
+            reward.end_s,
+            ready,
+            free,
+            learns.start_s,
+        )
+        rows.append((*(b - a for a, b in itertools.pairwise(marks)), learns.end_s - learns.start_s))
+        firsts.append(made.end_s)
+        lasts.append(learns.end_s)
+    if not rows:
+        return None
+    means = [statistics.fmean(col) * 1e3 for col in zip(*rows, strict=True)]
+    segments, train = tuple(means[:-1]), means[-1]
+    # The trainer's clock over the steps these cycles cover, one period a step.
+    first = min(firsts)
+    last = max(lasts)
+    covered = [v for v in steps if trained[v].end_s > first and trained[v].end_s <= last]
+    period = (last - first) / max(1, len(covered)) * 1e3
+    return Cycles(age, len(rows), segments, sum(segments), train, period)
+
+
+def _named(trace: Trace, kind: str, name: str) -> list[SpanEvent]:
+    return [s for s in trace.spans if s.kind == kind and s.name == name]
+
+
+def _version(span: SpanEvent) -> int:
+    return int(span.args.get("version", -1))
+
+
+def _served(outer: Sequence[SpanEvent], inner: SpanEvent) -> SpanEvent | None:
+    """The span of `outer` (a request) that `inner` (its handling) answered: of the
+    requests open across all of `inner`, the first to end (a request queued behind it ends
+    after its own, later handling)."""
+    holding = [o for o in outer if o.start_s <= inner.start_s and inner.end_s <= o.end_s]
+    return min(holding, key=lambda o: o.end_s, default=None)
+
+
+def _handled(inner: Sequence[SpanEvent], outer: SpanEvent) -> SpanEvent | None:
+    """The span of `inner` (the handling of a request) inside `outer` (the request): the
+    first to start, when the other rollout lane's request was handled meanwhile too."""
+    inside = [i for i in inner if outer.start_s <= i.start_s and i.end_s <= outer.end_s]
+    return min(inside, key=lambda i: i.start_s, default=None)
+
+
+def _next_on_lane(spans: Sequence[SpanEvent], lane: str, after: float) -> SpanEvent | None:
+    """The first of `spans` on `lane` starting at or after `after` seconds."""
+    later = [s for s in spans if s.lane == lane and s.start_s >= after]
+    return min(later, key=lambda s: s.start_s, default=None)

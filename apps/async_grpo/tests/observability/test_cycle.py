@@ -1,0 +1,110 @@
+"""The batch cycle (`observability/report/cycle.py`) on hand-made traces whose segments are
+known: every step 10 ms apart, each version's call on fixed offsets."""
+
+from __future__ import annotations
+
+import pytest
+from async_grpo.observability.report.cycle import SEGMENTS, batch_cycles
+from async_grpo.tracing.files import SpanEvent, Trace
+
+MS = 1e-3
+
+
+def span(
+    kind: str, name: str, start_ms: float, end_ms: float, lane: str = "main", **args: int
+) -> SpanEvent:
+    return SpanEvent(kind, kind, lane, name, start_ms * MS, end_ms * MS, False, dict(args))
+
+
+def trace(age: int, train_ms: float, put_end_ms: float, steps: int = 8) -> Trace:
+    """Step k (making version k) runs from 10k to 10k + `train_ms`; the call on version v's
+    weights starts 1 ms after the step that made v ends, and its groups are in the buffer
+    `put_end_ms` after that end. The trainer starts each step 10 ms after the last, so the
+    period is 10 ms whatever the cycle."""
+    spans: list[SpanEvent] = []
+    for k in range(1, steps + 1):
+        start = 10.0 * k
+        spans.append(span("trainer", "train_step", start, start + train_ms, version=k))
+        end = start + train_ms
+        spans.append(
+            span("controller", "train_step", start - 0.2, end + 0.5, lane="train", version=k)
+        )
+        if k + age + 1 > steps:
+            continue
+        spans += [
+            # A request on the other lane, open across this call and answered after it: not
+            # the request this call served.
+            span("controller", "generate", end + 0.8, end + 30.0, lane="rollout 2"),
+            span("controller", "generate", end + 1.0, end + 5.5, lane="rollout"),
+            span("generator", "generate", end + 2.0, end + 5.0, version=k),
+            span("controller", "reward", end + 5.5, end + 6.5, lane="rollout"),
+            span("controller", "put", end + 6.5, put_end_ms + end + 0.5, lane="rollout"),
+            span("buffer", "put", put_end_ms + end - 0.5, put_end_ms + end, lane="put"),
+        ]
+    spans.sort(key=lambda s: s.start_s)
+    return Trace(tuple(spans), (), False, (), max(s.end_s for s in spans))
+
+
+def segments(c: object) -> dict[str, float]:
+    assert c is not None
+    return dict(zip((name for name, _ in SEGMENTS), c.segments_ms, strict=True))  # type: ignore[attr-defined]
+
+
+def test_an_async_cycle_whose_batch_is_late_for_the_trainer() -> None:
+    # Bound 1: the call on v's weights feeds step v + 2, which starts 20 - 6 = 14 ms after v.
+    c = batch_cycles(trace(age=1, train_ms=6.0, put_end_ms=12.0), age=1)
+    assert c is not None
+    assert c.count == 6  # versions 1-6; step 8 is the last
+    assert segments(c) == pytest.approx(
+        {
+            "step answered": 0.5,
+            "request sent": 0.5,
+            "request to sampling": 1.0,
+            "sampling": 3.0,
+            "answer back": 0.5,
+            "reward": 1.0,
+            "into the buffer": 12.0 - 6.5,
+            "trainer busy": 0.0,  # step v + 1 ended 10 ms after v: before the batch was in
+            "hand-over": 14.0 - 12.0,
+        }
+    )
+    assert c.cycle_ms == pytest.approx(14.0)
+    assert c.train_ms == pytest.approx(6.0)
+    assert c.period_ms == pytest.approx(10.0)
+    assert (c.cycle_ms + c.train_ms) / 2 == pytest.approx(c.period_ms)
+
+
+def test_a_batch_ready_before_the_trainer_is_free_counts_as_trainer_busy() -> None:
+    # Steps of 9.5 ms: step v + 1 ends 10 ms after v, the batch is in at 8.
+    c = batch_cycles(trace(age=1, train_ms=9.5, put_end_ms=8.0), age=1)
+    assert c is not None
+    got = segments(c)
+    assert got["into the buffer"] == pytest.approx(1.5)
+    assert got["trainer busy"] == pytest.approx(10.0 - 8.0)
+    assert got["hand-over"] == pytest.approx(20.0 - 9.5 - 10.0)
+    assert c.cycle_ms == pytest.approx(20.0 - 9.5)
+    assert (c.cycle_ms + c.train_ms) / 2 == pytest.approx(c.period_ms)
+
+
+def test_a_sync_cycle_feeds_the_next_step() -> None:
+    c = batch_cycles(trace(age=0, train_ms=2.0, put_end_ms=7.5), age=0)
+    assert c is not None
+    assert c.count == 7
+    assert c.cycle_ms == pytest.approx(10.0 - 2.0)
+    assert segments(c)["trainer busy"] == 0.0
+    assert segments(c)["hand-over"] == pytest.approx(0.5)
+    assert c.cycle_ms + c.train_ms == pytest.approx(c.period_ms)
+
+
+def test_skipped_steps_and_a_run_without_calls() -> None:
+    c = batch_cycles(trace(age=1, train_ms=6.0, put_end_ms=12.0), age=1, skip=3)
+    assert c is not None
+    assert c.count == 3  # versions 4-6
+    bare = Trace(
+        tuple(span("trainer", "train_step", 10.0 * k, 10.0 * k + 5, version=k) for k in (1, 2, 3)),
+        (),
+        False,
+        (),
+        0.035,
+    )
+    assert batch_cycles(bare, age=1) is None
