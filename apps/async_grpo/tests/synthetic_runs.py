@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from async_grpo.observability.metrics import StepRow
-from async_grpo.tracing.files import merge
+from async_grpo.tracing.files import SpanEvent, Trace, merge
 
 ORIGIN_US = 1_700_000_000_000_000.0  # any Unix time in microseconds
 
@@ -198,3 +198,43 @@ def assert_well_formed(trace_json: Path) -> dict[str, Any]:
             assert not stack or end <= stack[-1] + 1e-3, f"partial overlap on {lane}"
             stack.append(end)
     return dict(data)
+
+
+MS = 1e-3
+
+
+def span(
+    kind: str, name: str, start_ms: float, end_ms: float, lane: str = "main", **args: int
+) -> SpanEvent:
+    """A busy span of the one process of `kind`, in milliseconds."""
+    return SpanEvent(kind, kind, lane, name, start_ms * MS, end_ms * MS, False, dict(args))
+
+
+def cycle_trace(age: int, train_ms: float, put_end_ms: float, steps: int = 8) -> Trace:
+    """A merged trace for `observability/report/cycle.py`. Step k (making version k) runs
+    from 10k to 10k + `train_ms`; the call on version v's weights starts 1 ms after the step
+    that made v ends, and its groups are in the buffer `put_end_ms` after that end. The
+    trainer starts each step 10 ms after the last, so the period is 10 ms whatever the
+    cycle."""
+    spans: list[SpanEvent] = []
+    for k in range(1, steps + 1):
+        start = 10.0 * k
+        spans.append(span("trainer", "train_step", start, start + train_ms, version=k))
+        end = start + train_ms
+        spans.append(
+            span("controller", "train_step", start - 0.2, end + 0.5, lane="train", version=k)
+        )
+        if k + age + 1 > steps:
+            continue
+        spans += [
+            # A request on the other lane, open across this call and answered after it: not
+            # the request this call served.
+            span("controller", "generate", end + 0.8, end + 30.0, lane="rollout 2"),
+            span("controller", "generate", end + 1.0, end + 5.5, lane="rollout"),
+            span("generator", "generate", end + 2.0, end + 5.0, version=k),
+            span("controller", "reward", end + 5.5, end + 6.5, lane="rollout"),
+            span("controller", "put", end + 6.5, put_end_ms + end + 0.5, lane="rollout"),
+            span("buffer", "put", put_end_ms + end - 0.5, put_end_ms + end, lane="put"),
+        ]
+    spans.sort(key=lambda s: s.start_s)
+    return Trace(tuple(spans), (), False, (), max(s.end_s for s in spans))

@@ -5,44 +5,9 @@ from __future__ import annotations
 
 import pytest
 from async_grpo.observability.report.cycle import SEGMENTS, batch_cycles
-from async_grpo.tracing.files import SpanEvent, Trace
-
-MS = 1e-3
-
-
-def span(
-    kind: str, name: str, start_ms: float, end_ms: float, lane: str = "main", **args: int
-) -> SpanEvent:
-    return SpanEvent(kind, kind, lane, name, start_ms * MS, end_ms * MS, False, dict(args))
-
-
-def trace(age: int, train_ms: float, put_end_ms: float, steps: int = 8) -> Trace:
-    """Step k (making version k) runs from 10k to 10k + `train_ms`; the call on version v's
-    weights starts 1 ms after the step that made v ends, and its groups are in the buffer
-    `put_end_ms` after that end. The trainer starts each step 10 ms after the last, so the
-    period is 10 ms whatever the cycle."""
-    spans: list[SpanEvent] = []
-    for k in range(1, steps + 1):
-        start = 10.0 * k
-        spans.append(span("trainer", "train_step", start, start + train_ms, version=k))
-        end = start + train_ms
-        spans.append(
-            span("controller", "train_step", start - 0.2, end + 0.5, lane="train", version=k)
-        )
-        if k + age + 1 > steps:
-            continue
-        spans += [
-            # A request on the other lane, open across this call and answered after it: not
-            # the request this call served.
-            span("controller", "generate", end + 0.8, end + 30.0, lane="rollout 2"),
-            span("controller", "generate", end + 1.0, end + 5.5, lane="rollout"),
-            span("generator", "generate", end + 2.0, end + 5.0, version=k),
-            span("controller", "reward", end + 5.5, end + 6.5, lane="rollout"),
-            span("controller", "put", end + 6.5, put_end_ms + end + 0.5, lane="rollout"),
-            span("buffer", "put", put_end_ms + end - 0.5, put_end_ms + end, lane="put"),
-        ]
-    spans.sort(key=lambda s: s.start_s)
-    return Trace(tuple(spans), (), False, (), max(s.end_s for s in spans))
+from async_grpo.tracing.files import Trace
+from synthetic_runs import cycle_trace as trace
+from synthetic_runs import span
 
 
 def segments(c: object) -> dict[str, float]:

@@ -3,16 +3,24 @@ offline self-containment, the sweep page, and what a missing or cut-short run gi
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
-from async_grpo.observability.report.build import ReportError, load_run, summarize, write_report
+from async_grpo.observability.report.build import (
+    ReportError,
+    RunData,
+    load_run,
+    run_view,
+    summarize,
+    write_report,
+)
 from async_grpo.observability.report.utilization import covered, pick_window, union, utilization
 from async_grpo.tracing.files import load_trace
-from synthetic_runs import ProcessFile, Schedule, write_run, write_sweep
+from synthetic_runs import ProcessFile, Schedule, cycle_trace, write_run, write_sweep
 
 S = Schedule()
 SYNC_GEN = (S.gen_s + S.sync_s) / (S.gen_s + S.train_s + S.sync_s)
@@ -66,6 +74,18 @@ def test_async_run_keeps_both_sides_busy(tmp_path: Path) -> None:
     assert stats["episodes_per_s"] is not None
     assert sync["episodes_per_s"] is not None
     assert stats["episodes_per_s"] > 2 * sync["episodes_per_s"]
+
+
+def test_the_batch_cycle_and_step_are_in_the_numbers(tmp_path: Path) -> None:
+    trace = cycle_trace(age=1, train_ms=6.0, put_end_ms=12.0)
+    run = RunData(tmp_path, (), trace, None, 1, False, ())
+    stats = summarize(run)
+    assert stats["cycle_ms"] == pytest.approx(14.0)  # test_cycle.py splits this one
+    assert stats["train_ms"] == pytest.approx(6.0)
+    assert run_view(run, "one", {})["stats"]["cycle_ms"]["text"] == "14.0 ms"
+    # A run without a known bound, or whose trace holds no rollout calls: no cycle.
+    assert summarize(dataclasses.replace(run, max_policy_age=None))["cycle_ms"] is None
+    assert summarize(load_run(write_run(tmp_path / "run", 1)))["cycle_ms"] is None
 
 
 def test_report_is_one_offline_file(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from async_grpo.config.args import apply_overrides
 from async_grpo.config.presets import tiny
 from async_grpo.launch.prepare import prepare
 from async_grpo.observability.report.build import load_run, summarize, write_report
+from async_grpo.observability.report.cycle import SEGMENTS, batch_cycles
 from async_grpo.tracing.files import load_trace
 from async_grpo.train import run
 from jobs import rows
@@ -115,6 +116,20 @@ def test_every_component_is_traced(traced: Path, tmp_path: Path) -> None:
     assert stats["trainer_busy"] is not None
     assert abs(stats["trainer_busy"] - (1 - last["trainer_idle_frac"])) < 0.1, stats
     assert write_report(traced, tmp_path / "report.html").exists()  # not the run's own
+
+
+def test_the_batch_cycle_of_a_real_trace(traced: Path) -> None:
+    """Every version's first call is found and split (two replicas, two trainer ranks, the
+    reference model in the hand-over), and the segments run forward in time."""
+    cycles = batch_cycles(load_trace(traced / "trace.json"), age=1, skip=2)
+    assert cycles is not None
+    assert cycles.count >= STEPS - 2 - 2 - 2, cycles  # not the skipped, nor the last two
+    segments = dict(zip((name for name, _ in SEGMENTS), cycles.segments_ms, strict=True))
+    assert all(ms >= 0 for ms in segments.values()), segments
+    assert segments["sampling"] > 0
+    assert segments["hand-over"] > 0  # the reference model's log-probs come first
+    # (C + T) / 2 is the period up to the two cycles at each end of so short a window.
+    assert (cycles.cycle_ms + cycles.train_ms) / 2 == pytest.approx(cycles.period_ms, rel=0.2)
 
 
 @pytest.mark.skipif(

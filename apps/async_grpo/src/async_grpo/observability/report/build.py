@@ -28,6 +28,7 @@ import plotly.io  # type: ignore[import-untyped]
 import plotly.offline  # type: ignore[import-untyped]
 
 from async_grpo.observability.report import figures as figs
+from async_grpo.observability.report.cycle import batch_cycles
 from async_grpo.observability.report.page import PAGE
 from async_grpo.observability.report.utilization import excerpt_window, steady_window, utilization
 from async_grpo.tracing.files import Trace, TraceError, load_trace, merge
@@ -130,11 +131,16 @@ def summarize(run: RunData) -> dict[str, float | None]:
     """The numbers the page shows for a run (None where the run has no data for one):
     steady-state busy shares, trained episodes/s at the last step, where the generated
     episodes went (trained, dropped as too stale, filtered / dropped / lost, held), mean
-    staleness over the steps, the final windowed reward and evaluation."""
+    staleness over the steps, the mean batch cycle and train step (`cycle.py`; a prompts
+    run with a trace and a known bound), the final windowed reward and evaluation."""
     rows, last = run.rows, (run.rows[-1] if run.rows else {})
     util = utilization(run.trace) if run.trace is not None else {}
     stale = [float(r["staleness_mean"]) for r in rows if r.get("staleness_mean") is not None]
     generated = last.get("episodes_generated")
+    cycles = None
+    if run.trace is not None and run.max_policy_age is not None:
+        # The steady state: the first tenth of the steps left out, as the benchmark does.
+        cycles = batch_cycles(run.trace, run.max_policy_age, skip=len(rows) // 10)
     stats = {
         "max_policy_age": run.max_policy_age,
         "episodes_per_s": last.get("episodes_per_s"),
@@ -148,6 +154,8 @@ def summarize(run: RunData) -> dict[str, float | None]:
         "generator_busy": util["generator"].overall if "generator" in util else None,
         "trainer_busy": util["trainer"].overall if "trainer" in util else None,
         "staleness_mean": sum(stale) / len(stale) if stale else None,
+        "cycle_ms": cycles.cycle_ms if cycles is not None else None,
+        "train_ms": cycles.train_ms if cycles is not None else None,
         "reward_final": last.get("reward_window"),
         "eval_final": last.get("eval_reward"),
         "steps": last.get("version"),
@@ -177,6 +185,8 @@ FORMATS = {
     "generator_busy": "{:.0%}",
     "trainer_busy": "{:.0%}",
     "staleness_mean": "{:.2f}",
+    "cycle_ms": "{:.1f} ms",
+    "train_ms": "{:.1f} ms",
     "reward_final": "{:.3f}",
     "eval_final": "{:.3f}",
     "steps": "{:.0f}",

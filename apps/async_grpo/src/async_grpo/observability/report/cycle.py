@@ -61,7 +61,9 @@ def batch_cycles(trace: Trace, age: int, skip: int = 0) -> Cycles | None:
     version whose spans are all in the trace (a prompts run: `generate`, `reward` and `put`
     spans in the controller's rollout lanes); None when there is none (an environments run,
     or too few steps)."""
-    trained = {_version(s): s for s in _named(trace, "trainer", "train_step")}
+    steps_run = _named(trace, "trainer", "train_step")
+    rank0 = min((s.process for s in steps_run), default="")  # a sharded trainer's ranks agree
+    trained = {_version(s): s for s in steps_run if s.process == rank0}
     answered = {_version(s): s for s in _named(trace, "controller", "train_step")}
     sampled: dict[int, SpanEvent] = {}
     for s in _named(trace, "generator", "generate"):

@@ -62,6 +62,10 @@ PAGE = """<!DOCTYPE html>
     <div class="v" id="stat-trainer_busy"></div></div>
   <div class="card"><div class="k">mean staleness (versions)</div>
     <div class="v" id="stat-staleness_mean"></div></div>
+  <div class="card"><div class="k">batch cycle C (mean)</div>
+    <div class="v" id="stat-cycle_ms"></div></div>
+  <div class="card"><div class="k">train step T (mean)</div>
+    <div class="v" id="stat-train_ms"></div></div>
   <div class="card"><div class="k">final reward (window)</div>
     <div class="v" id="stat-reward_final"></div></div>
   <div class="card"><div class="k">final evaluation</div>
@@ -79,7 +83,12 @@ PAGE = """<!DOCTYPE html>
 <p class="sub">Busy: the share of time a component's processes spent inside a span that is
 not a wait (mean over replicas), from <code>trace.json</code>; open that file in
 <a href="https://ui.perfetto.dev">ui.perfetto.dev</a> or chrome://tracing for every span.
-Steady state: from the end of the trainer's first step to the end of its last.</p>
+Steady state: from the end of the trainer's first step to the end of its last.
+Batch cycle C: from the end of the step that makes version v to the start of the step that
+trains on episodes sampled on v's weights (at max_policy_age a, the step that makes
+v + a + 1); T: that step. The mean step period is (C + T) / (a + 1): sync pays the whole
+cycle each step, async at bound 1 half of it
+(<code>benchmarks/async_vs_sync.py</code> splits C into its parts).</p>
 <script>%PLOTLYJS%</script>
 <script id="report-data" type="application/json">%DATA%</script>
 <script>
