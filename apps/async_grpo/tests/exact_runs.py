@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import torch
+from async_grpo.actors._test_hang import HANG_ENV
 from async_grpo.actors.trainer import TrainResult
 from async_grpo.checkpoint.resume import resume_config
 from async_grpo.cli.training import prepare_start
@@ -91,9 +92,16 @@ def assert_same_state(a: Any, b: Any) -> None:
 
 def kill_at_step(opts: dict[str, str], out: Path, step: int) -> None:
     """Runs `async-grpo` with `opts` as its own process group and SIGKILLs all of it (the
-    controller and every process it started) once `step` steps are recorded."""
+    controller and every process it started) once `step` steps are recorded. The trainer's
+    next step never ends (`HANG_ENV`), so no later step is recorded before the kill: on a
+    fast machine two steps came within one 50 ms poll, and the run was killed at step 6."""
     args = [f"--{k}={v}" for k, v in opts.items()]
-    env = {**os.environ, "HYPERACTOR_MESH_SUPERVISION_POLL_FREQUENCY": "1s"}
+    held = out.parent / f"{out.name}-held-trainer"  # the hook's marker, outside the run
+    env = {
+        **os.environ,
+        "HYPERACTOR_MESH_SUPERVISION_POLL_FREQUENCY": "1s",
+        HANG_ENV: f"trainer.train_step:{step + 1}:{held}",
+    }
     proc = subprocess.Popen(
         [sys.executable, "-m", "async_grpo.cli", *args],
         env=env,
