@@ -37,11 +37,16 @@ import os
 import statistics
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from async_grpo.config.args import apply_overrides
 from async_grpo.config.presets import tiny
-from async_grpo.observability.report.cycle import SEGMENTS, Cycles, batch_cycles
+from async_grpo.observability.report.cycle import (
+    SEGMENTS,
+    Cycles,
+    batch_cycles,
+    trained_at_bound,
+)
 from async_grpo.tracing.files import load_trace
 
 if TYPE_CHECKING:
@@ -97,6 +102,10 @@ def main() -> None:
                 out = Path(tmp) / f"{mode}-{i}"
                 runs[mode].append(bench(mode, steps, args.seed, out, nice))
                 age = tiny().buffer.max_policy_age if mode == "async" else 0
+                stale = [r["staleness_mean"] for r in _rows(out)[steps // 10 :]]
+                if not trained_at_bound(stale, age):
+                    print(f"{mode} run {i}: batches trained younger than the bound: no cycle")
+                    continue
                 found = batch_cycles(load_trace(out / "trace.json"), age, skip=steps // 10)
                 if found is not None:
                     cycles[mode].append(found)
@@ -179,6 +188,12 @@ def cycle_row(c: Cycles) -> dict[str, object]:
         "train_ms": c.train_ms,
         "period_ms": c.period_ms,
     }
+
+
+def _rows(out: Path) -> list[dict[str, Any]]:
+    """A run's metrics.jsonl rows."""
+    text = (out / "metrics.jsonl").read_text(encoding="utf-8")
+    return [json.loads(line) for line in text.splitlines()]
 
 
 def _times(num: float, den: float) -> str:

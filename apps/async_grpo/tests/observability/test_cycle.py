@@ -4,7 +4,7 @@ known: every step 10 ms apart, each version's call on fixed offsets."""
 from __future__ import annotations
 
 import pytest
-from async_grpo.observability.report.cycle import SEGMENTS, batch_cycles
+from async_grpo.observability.report.cycle import SEGMENTS, batch_cycles, trained_at_bound
 from async_grpo.tracing.files import Trace
 from synthetic_runs import cycle_trace as trace
 from synthetic_runs import span
@@ -73,3 +73,12 @@ def test_skipped_steps_and_a_run_without_calls() -> None:
         0.035,
     )
     assert batch_cycles(bare, age=1) is None
+
+
+def test_batches_trained_at_the_bound() -> None:
+    assert trained_at_bound([1.0, 1.0, 1.0], 1)
+    assert trained_at_bound([1.0, 0.9, 1.0], 1, tolerance=0.05)  # mean 0.967
+    assert not trained_at_bound([1.0, 0.8, 1.0], 1)  # mean 0.933: some batches younger
+    assert trained_at_bound([0.0, 0.0], 0)
+    assert not trained_at_bound([2.8, 2.9], 4)
+    assert not trained_at_bound([], 0)

@@ -20,7 +20,7 @@ from async_grpo.observability.report.build import (
 )
 from async_grpo.observability.report.utilization import covered, pick_window, union, utilization
 from async_grpo.tracing.files import load_trace
-from synthetic_runs import ProcessFile, Schedule, cycle_trace, write_run, write_sweep
+from synthetic_runs import ProcessFile, Schedule, cycle_trace, step_row, write_run, write_sweep
 
 S = Schedule()
 SYNC_GEN = (S.gen_s + S.sync_s) / (S.gen_s + S.train_s + S.sync_s)
@@ -78,13 +78,17 @@ def test_async_run_keeps_both_sides_busy(tmp_path: Path) -> None:
 
 def test_the_batch_cycle_and_step_are_in_the_numbers(tmp_path: Path) -> None:
     trace = cycle_trace(age=1, train_ms=6.0, put_end_ms=12.0)
-    run = RunData(tmp_path, (), trace, None, 1, False, ())
+    at_bound = tuple(step_row(version=k, staleness_mean=1.0) for k in range(1, 9))
+    run = RunData(tmp_path, at_bound, trace, None, 1, False, ())
     stats = summarize(run)
     assert stats["cycle_ms"] == pytest.approx(14.0)  # test_cycle.py splits this one
     assert stats["train_ms"] == pytest.approx(6.0)
     assert run_view(run, "one", {})["stats"]["cycle_ms"]["text"] == "14.0 ms"
-    # A run without a known bound, or whose trace holds no rollout calls: no cycle.
+    # A run without a known bound, whose batches were younger than it, or whose trace holds
+    # no rollout calls: no cycle.
     assert summarize(dataclasses.replace(run, max_policy_age=None))["cycle_ms"] is None
+    younger = tuple(step_row(version=k, staleness_mean=0.5) for k in range(1, 9))
+    assert summarize(dataclasses.replace(run, rows=younger))["cycle_ms"] is None
     assert summarize(load_run(write_run(tmp_path / "run", 1)))["cycle_ms"] is None
 
 

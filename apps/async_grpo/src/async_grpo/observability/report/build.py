@@ -28,7 +28,7 @@ import plotly.io  # type: ignore[import-untyped]
 import plotly.offline  # type: ignore[import-untyped]
 
 from async_grpo.observability.report import figures as figs
-from async_grpo.observability.report.cycle import batch_cycles
+from async_grpo.observability.report.cycle import batch_cycles, trained_at_bound
 from async_grpo.observability.report.page import PAGE
 from async_grpo.observability.report.utilization import excerpt_window, steady_window, utilization
 from async_grpo.tracing.files import Trace, TraceError, load_trace, merge
@@ -132,15 +132,16 @@ def summarize(run: RunData) -> dict[str, float | None]:
     steady-state busy shares, trained episodes/s at the last step, where the generated
     episodes went (trained, dropped as too stale, filtered / dropped / lost, held), mean
     staleness over the steps, the mean batch cycle and train step (`cycle.py`; a prompts
-    run with a trace and a known bound), the final windowed reward and evaluation."""
+    run with a trace, a known bound and its batches trained at it), the final windowed
+    reward and evaluation."""
     rows, last = run.rows, (run.rows[-1] if run.rows else {})
     util = utilization(run.trace) if run.trace is not None else {}
     stale = [float(r["staleness_mean"]) for r in rows if r.get("staleness_mean") is not None]
     generated = last.get("episodes_generated")
-    cycles = None
-    if run.trace is not None and run.max_policy_age is not None:
-        # The steady state: the first tenth of the steps left out, as the benchmark does.
-        cycles = batch_cycles(run.trace, run.max_policy_age, skip=len(rows) // 10)
+    cycles, age, skip = None, run.max_policy_age, len(rows) // 10
+    # The steady state: the first tenth of the steps left out, as the benchmark does.
+    if run.trace is not None and age is not None and trained_at_bound(stale[skip:], age):
+        cycles = batch_cycles(run.trace, age, skip=skip)
     stats = {
         "max_policy_age": run.max_policy_age,
         "episodes_per_s": last.get("episodes_per_s"),

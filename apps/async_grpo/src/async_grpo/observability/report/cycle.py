@@ -15,6 +15,12 @@ steps, which is why it can approach, never pass, twice the speed of sync: what k
 below is the cycle and the step growing when the rollouts and the trainer share the cores.
 `batch_cycles` splits C into the segments below (they add up to C, cycle by cycle) for
 the first generation call on each version's weights.
+
+The split assumes every batch is trained at the bound, as the steady state at bounds 0 and
+1 is (mean staleness 0.00 and 1.00). Where batches are trained younger than the bound (a
+bound the rollouts cannot keep ahead of), the step that makes v + a + 1 trains newer
+episodes, and the time v's episodes wait in the buffer would read as hand-over: callers
+check `trained_at_bound` first.
 """
 
 from __future__ import annotations
@@ -117,6 +123,12 @@ def batch_cycles(trace: Trace, age: int, skip: int = 0) -> Cycles | None:
     covered = [v for v in steps if trained[v].end_s > first and trained[v].end_s <= last]
     period = (last - first) / max(1, len(covered)) * 1e3
     return Cycles(age, len(rows), segments, sum(segments), train, period)
+
+
+def trained_at_bound(staleness: Sequence[float], age: int, tolerance: float = 0.05) -> bool:
+    """Whether the steps whose mean staleness (versions) is `staleness` trained their batches
+    at the bound `age`, on average within `tolerance`: what `batch_cycles` assumes."""
+    return bool(staleness) and statistics.fmean(staleness) >= age - tolerance
 
 
 def _named(trace: Trace, kind: str, name: str) -> list[SpanEvent]:
