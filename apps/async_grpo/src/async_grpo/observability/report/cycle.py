@@ -25,6 +25,7 @@ check `trained_at_bound` first.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import itertools
 import statistics
@@ -74,10 +75,10 @@ def batch_cycles(trace: Trace, age: int, skip: int = 0) -> Cycles | None:
     sampled: dict[int, SpanEvent] = {}
     for s in _named(trace, "generator", "generate"):
         sampled.setdefault(_version(s), s)  # the first call on each version's weights
-    requests = _named(trace, "controller", "generate")
-    rewards = _named(trace, "controller", "reward")
-    puts = _named(trace, "controller", "put")
-    stored = _named(trace, "buffer", "put")
+    requests = _Lanes(_named(trace, "controller", "generate"))
+    rewards = _Lanes(_named(trace, "controller", "reward"))
+    puts = _Lanes(_named(trace, "controller", "put"))
+    stored = _Lanes(_named(trace, "buffer", "put"))
     rows: list[tuple[float, ...]] = []
     firsts: list[float] = []
     lasts: list[float] = []
@@ -88,12 +89,12 @@ def batch_cycles(trace: Trace, age: int, skip: int = 0) -> Cycles | None:
         if made is None or learns is None or before is None or v not in answered:
             continue
         sample = sampled.get(v)
-        request = _served(requests, sample) if sample is not None else None
+        request = requests.served(sample) if sample is not None else None
         if sample is None or request is None:
             continue
-        reward = _next_on_lane(rewards, request.lane, request.end_s)
-        put = _next_on_lane(puts, request.lane, reward.end_s) if reward is not None else None
-        store = _handled(stored, put) if put is not None else None
+        reward = rewards.next(request.lane, request.end_s)
+        put = puts.next(request.lane, reward.end_s) if reward is not None else None
+        store = stored.handled(put) if put is not None else None
         if reward is None or store is None:
             continue
         ready = store.end_s
@@ -139,22 +140,41 @@ def _version(span: SpanEvent) -> int:
     return int(span.args.get("version", -1))
 
 
-def _served(outer: Sequence[SpanEvent], inner: SpanEvent) -> SpanEvent | None:
-    """The span of `outer` (a request) that `inner` (its handling) answered: of the
-    requests open across all of `inner`, the first to end (a request queued behind it ends
-    after its own, later handling)."""
-    holding = [o for o in outer if o.start_s <= inner.start_s and inner.end_s <= o.end_s]
-    return min(holding, key=lambda o: o.end_s, default=None)
+class _Lanes:
+    """Spans of one name, by lane, each lane in start order. The tracer opens a span on a
+    lane only once the lane's last top-level span has closed, so two spans of one name on
+    one lane never overlap: each lookup is a binary search per lane, and a report on a long
+    run stays linear in its steps."""
 
+    def __init__(self, spans: Sequence[SpanEvent]) -> None:
+        self._lanes: dict[str, list[SpanEvent]] = {}
+        for s in sorted(spans, key=lambda s: s.start_s):
+            self._lanes.setdefault(s.lane, []).append(s)
+        self._starts = {lane: [s.start_s for s in v] for lane, v in self._lanes.items()}
 
-def _handled(inner: Sequence[SpanEvent], outer: SpanEvent) -> SpanEvent | None:
-    """The span of `inner` (the handling of a request) inside `outer` (the request): the
-    first to start, when the other rollout lane's request was handled meanwhile too."""
-    inside = [i for i in inner if outer.start_s <= i.start_s and i.end_s <= outer.end_s]
-    return min(inside, key=lambda i: i.start_s, default=None)
+    def next(self, lane: str, after: float) -> SpanEvent | None:
+        """The first span on `lane` starting at or after `after` seconds."""
+        spans, starts = self._lanes.get(lane, []), self._starts.get(lane, [])
+        at = bisect.bisect_left(starts, after)
+        return spans[at] if at < len(spans) else None
 
+    def served(self, inner: SpanEvent) -> SpanEvent | None:
+        """The span (a request) that `inner` (its handling) answered: of the requests open
+        across all of `inner`, one a lane at most, the first to end (a request queued
+        behind it ends after its own, later handling)."""
+        holding = []
+        for lane, spans in self._lanes.items():
+            at = bisect.bisect_right(self._starts[lane], inner.start_s) - 1
+            if at >= 0 and inner.end_s <= spans[at].end_s:
+                holding.append(spans[at])
+        return min(holding, key=lambda o: o.end_s, default=None)
 
-def _next_on_lane(spans: Sequence[SpanEvent], lane: str, after: float) -> SpanEvent | None:
-    """The first of `spans` on `lane` starting at or after `after` seconds."""
-    later = [s for s in spans if s.lane == lane and s.start_s >= after]
-    return min(later, key=lambda s: s.start_s, default=None)
+    def handled(self, outer: SpanEvent) -> SpanEvent | None:
+        """The span (the handling of a request) inside `outer` (the request): the first to
+        start, when another rollout lane's request was handled meanwhile too."""
+        inside = []
+        for lane, spans in self._lanes.items():
+            at = bisect.bisect_left(self._starts[lane], outer.start_s)
+            if at < len(spans) and spans[at].end_s <= outer.end_s:
+                inside.append(spans[at])
+        return min(inside, key=lambda i: i.start_s, default=None)
