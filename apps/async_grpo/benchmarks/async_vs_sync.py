@@ -37,17 +37,12 @@ import os
 import statistics
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from async_grpo.config.args import apply_overrides
 from async_grpo.config.presets import tiny
-from async_grpo.observability.report.cycle import (
-    SEGMENTS,
-    Cycles,
-    batch_cycles,
-    trained_at_bound,
-)
-from async_grpo.tracing.files import load_trace
+from async_grpo.observability.report.build import load_run, run_cycles
+from async_grpo.observability.report.cycle import SEGMENTS, Cycles
 
 if TYPE_CHECKING:
     from async_grpo.observability.console import Summary
@@ -101,13 +96,10 @@ def main() -> None:
             for mode in ("sync", "async") if i % 2 == 0 else ("async", "sync"):
                 out = Path(tmp) / f"{mode}-{i}"
                 runs[mode].append(bench(mode, steps, args.seed, out, nice))
-                age = tiny().buffer.max_policy_age if mode == "async" else 0
-                stale = [r["staleness_mean"] for r in _rows(out)[steps // 10 :]]
-                if not trained_at_bound(stale, age):
-                    print(f"{mode} run {i}: batches trained younger than the bound: no cycle")
-                    continue
-                found = batch_cycles(load_trace(out / "trace.json"), age, skip=steps // 10)
-                if found is not None:
+                found = run_cycles(load_run(out))
+                if found is None:
+                    print(f"{mode} run {i}: no cycle (no trace, or batches younger than the bound)")
+                else:
                     cycles[mode].append(found)
     print(
         f"{'mode':6} {'round':>5} {'episodes/s':>11} {'trainer idle':>13} "
@@ -188,12 +180,6 @@ def cycle_row(c: Cycles) -> dict[str, object]:
         "train_ms": c.train_ms,
         "period_ms": c.period_ms,
     }
-
-
-def _rows(out: Path) -> list[dict[str, Any]]:
-    """A run's metrics.jsonl rows."""
-    text = (out / "metrics.jsonl").read_text(encoding="utf-8")
-    return [json.loads(line) for line in text.splitlines()]
 
 
 def _times(num: float, den: float) -> str:

@@ -28,7 +28,7 @@ import plotly.io  # type: ignore[import-untyped]
 import plotly.offline  # type: ignore[import-untyped]
 
 from async_grpo.observability.report import figures as figs
-from async_grpo.observability.report.cycle import batch_cycles, trained_at_bound
+from async_grpo.observability.report.cycle import Cycles, batch_cycles, trained_at_bound
 from async_grpo.observability.report.page import PAGE
 from async_grpo.observability.report.utilization import excerpt_window, steady_window, utilization
 from async_grpo.tracing.files import Trace, TraceError, load_trace, merge
@@ -138,10 +138,7 @@ def summarize(run: RunData) -> dict[str, float | None]:
     util = utilization(run.trace) if run.trace is not None else {}
     stale = [float(r["staleness_mean"]) for r in rows if r.get("staleness_mean") is not None]
     generated = last.get("episodes_generated")
-    cycles, age, skip = None, run.max_policy_age, len(rows) // 10
-    # The steady state: the first tenth of the steps left out, as the benchmark does.
-    if run.trace is not None and age is not None and trained_at_bound(stale[skip:], age):
-        cycles = batch_cycles(run.trace, age, skip=skip)
+    cycles = run_cycles(run)
     stats = {
         "max_policy_age": run.max_policy_age,
         "episodes_per_s": last.get("episodes_per_s"),
@@ -162,6 +159,20 @@ def summarize(run: RunData) -> dict[str, float | None]:
         "steps": last.get("version"),
     }
     return {k: _finite(v) for k, v in stats.items()}
+
+
+def run_cycles(run: RunData) -> Cycles | None:
+    """The run's batch cycle (`cycle.py`) over its steady state, the first tenth of its steps
+    left out; None without a trace, without a known bound, or where its batches were not
+    trained at the bound."""
+    skip = len(run.rows) // 10
+    stale = [
+        float(r["staleness_mean"]) for r in run.rows[skip:] if r.get("staleness_mean") is not None
+    ]
+    age = run.max_policy_age
+    if run.trace is None or age is None or not trained_at_bound(stale, age):
+        return None
+    return batch_cycles(run.trace, age, skip=skip)
 
 
 def _ratio(num: object, den: object) -> float | None:
