@@ -210,10 +210,13 @@ def span(
     return SpanEvent(kind, kind, lane, name, start_ms * MS, end_ms * MS, False, dict(args))
 
 
-def cycle_trace(age: int, train_ms: float, put_end_ms: float, steps: int = 8) -> Trace:
+def cycle_trace(
+    age: int, train_ms: float, put_end_ms: float, steps: int = 8, request_ms: float = 1.0
+) -> Trace:
     """A merged trace for `observability/report/cycle.py`. Step k (making version k) runs
-    from 10k to 10k + `train_ms`; the call on version v's weights starts 1 ms after the step
-    that made v ends, and its groups are in the buffer `put_end_ms` after that end. The
+    from 10k to 10k + `train_ms`, its answer reaches the controller 0.5 ms later; the
+    request for the call on version v's weights is sent `request_ms` after the step that
+    made v ends, and its groups are in the buffer `put_end_ms` after that end. The
     trainer starts each step 10 ms after the last, so the period is 10 ms whatever the
     cycle."""
     spans: list[SpanEvent] = []
@@ -230,7 +233,7 @@ def cycle_trace(age: int, train_ms: float, put_end_ms: float, steps: int = 8) ->
             # A request on the other lane, open across this call and answered after it: not
             # the request this call served.
             span("controller", "generate", end + 0.8, end + 30.0, lane="rollout 2"),
-            span("controller", "generate", end + 1.0, end + 5.5, lane="rollout"),
+            span("controller", "generate", end + request_ms, end + 5.5, lane="rollout"),
             span("generator", "generate", end + 2.0, end + 5.0, version=k),
             span("controller", "reward", end + 5.5, end + 6.5, lane="rollout"),
             span("controller", "put", end + 6.5, put_end_ms + end + 0.5, lane="rollout"),

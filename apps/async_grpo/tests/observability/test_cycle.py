@@ -39,6 +39,19 @@ def test_an_async_cycle_whose_batch_is_late_for_the_trainer() -> None:
     assert (c.cycle_ms + c.train_ms) / 2 == pytest.approx(c.period_ms)
 
 
+def test_a_request_sent_before_the_step_was_answered_overlaps_it() -> None:
+    # On a loaded machine a request already on its way can pull v and sample on it before
+    # the trainer's answer reaches the controller: sent at 0.3 ms, answered at 0.5 ms.
+    c = batch_cycles(trace(age=1, train_ms=6.0, put_end_ms=12.0, request_ms=0.3), age=1)
+    assert c is not None
+    got = segments(c)
+    assert got["step answered"] == pytest.approx(0.5)
+    assert got["request sent"] == 0.0  # not -0.2: it adds nothing to the cycle
+    assert got["request to sampling"] == pytest.approx(2.0 - 0.5)
+    assert sum(got.values()) == pytest.approx(c.cycle_ms)
+    assert c.cycle_ms == pytest.approx(14.0)  # the cycle itself is unchanged
+
+
 def test_a_batch_ready_before_the_trainer_is_free_counts_as_trainer_busy() -> None:
     # Steps of 9.5 ms: step v + 1 ends 10 ms after v, the batch is in at 8.
     c = batch_cycles(trace(age=1, train_ms=9.5, put_end_ms=8.0), age=1)

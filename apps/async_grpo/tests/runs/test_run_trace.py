@@ -120,12 +120,11 @@ def test_every_component_is_traced(traced: Path, tmp_path: Path) -> None:
 
 def test_the_batch_cycle_of_a_real_trace(traced: Path) -> None:
     """Every version's first call is found and split (two replicas, two trainer ranks, the
-    reference model in the hand-over), and the segments run forward in time."""
+    reference model in the hand-over), and the cycle and step account for the period."""
     cycles = batch_cycles(load_trace(traced / "trace.json"), age=1, skip=2)
     assert cycles is not None
     assert cycles.count >= STEPS - 2 - 2 - 2, cycles  # not the skipped, nor the last two
     segments = dict(zip((name for name, _ in SEGMENTS), cycles.segments_ms, strict=True))
-    assert all(ms >= 0 for ms in segments.values()), segments
     assert segments["sampling"] > 0
     assert segments["hand-over"] > 0  # the reference model's log-probs come first
     # (C + T) / 2 is the period up to the two cycles at each end of so short a window.

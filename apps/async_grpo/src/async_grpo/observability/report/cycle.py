@@ -14,7 +14,9 @@ Sync mode (a = 0) pays the whole cycle every step; async at bound 1 shares it be
 steps, which is why it can approach, never pass, twice the speed of sync: what keeps it
 below is the cycle and the step growing when the rollouts and the trainer share the cores.
 `batch_cycles` splits C into the segments below (they add up to C, cycle by cycle) for
-the first generation call on each version's weights.
+the first generation call on each version's weights. A stage that began before the one it
+follows ended (a request already on its way when the step's answer came) overlapped it:
+its segment reads 0 for that cycle.
 
 The split assumes every batch is trained at the bound, as the steady state at bounds 0 and
 1 is (mean staleness 0.00 and 1.00). Where batches are trained younger than the bound (a
@@ -99,7 +101,7 @@ def batch_cycles(trace: Trace, age: int, skip: int = 0) -> Cycles | None:
             continue
         ready = store.end_s
         free = max(ready, before.end_s)  # the trainer can take the batch from here
-        marks = (
+        marks = _forward(
             made.end_s,
             answered[v].end_s,
             request.start_s,
@@ -130,6 +132,19 @@ def trained_at_bound(staleness: Sequence[float], age: int, tolerance: float = 0.
     """Whether the steps whose mean staleness (versions) is `staleness` trained their batches
     at the bound `age`, on average within `tolerance`: what `batch_cycles` assumes."""
     return bool(staleness) and statistics.fmean(staleness) >= age - tolerance
+
+
+def _forward(*marks: float) -> tuple[float, ...]:
+    """`marks` moved forward in time where one comes before the mark it follows, and none
+    past the last. A stage that began before the previous one ended (on a loaded machine
+    the trainer publishes v, a request already on its way pulls it and samples on v before
+    the trainer's answer reaches the controller) overlapped it and adds nothing to the
+    cycle: its segment reads 0, the next one counts from the later mark, and the segments
+    still add up to the cycle."""
+    out = [marks[0]]
+    for mark in marks[1:-1]:
+        out.append(min(max(mark, out[-1]), marks[-1]))
+    return (*out, marks[-1])
 
 
 def _named(trace: Trace, kind: str, name: str) -> list[SpanEvent]:
