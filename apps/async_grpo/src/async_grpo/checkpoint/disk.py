@@ -43,6 +43,10 @@ CONFIG_FILE = "config.json"
 CONTROLLER_FILE = "controller.json"
 BUFFER_FILE = "buffer.pt"
 TRAINER_DIR = "trainer"
+# DCP writes its metadata file last, to a temporary name then renamed, once every rank's
+# shards are on disk (`FileSystemWriter.finish`): its presence means the trainer's part of
+# a checkpoint is complete, whether or not the trainer lived to say so.
+DCP_METADATA = ".metadata"
 
 
 _STEP = re.compile(r"step-(\d{6,})")
@@ -88,6 +92,11 @@ def begin(out_dir: Path, version: int) -> Path:
     partial = root / f".{step_name(version)}.partial-{os.getpid()}-{os.urandom(4).hex()}"
     partial.mkdir()
     return partial
+
+
+def trainer_written(partial: Path) -> bool:
+    """Whether the trainer's distributed checkpoint in `partial` is completely written."""
+    return (partial / TRAINER_DIR / DCP_METADATA).is_file()
 
 
 def finish(partial: Path, version: int, trainer_procs: int, holds: Sequence[str]) -> Path:

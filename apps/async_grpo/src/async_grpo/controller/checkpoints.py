@@ -18,6 +18,11 @@ in the background while training goes on: the trainer's ranks write their distri
 checkpoint, the controller writes the config, its state, the buffer's and the metrics rows
 up to the cut, then the manifest and the rename that makes the checkpoint complete
 (`disk.finish`), then deletes the oldest beyond `--checkpoint.keep`.
+
+The controller's files wait for the trainer's own write, which the trainer confirms
+(`saved`). A trainer that hangs or dies after its write finished cannot confirm it, so the
+files are read too: DCP's metadata on disk means the trainer's part is complete, and such a
+checkpoint is completed and restored from rather than dropped.
 """
 
 from __future__ import annotations
@@ -54,6 +59,11 @@ class CutSource(Protocol):
     sink: MetricsSink
 
     def controller_state(self, version: int, ledger: LedgerState) -> ControllerState: ...
+
+
+TRAINER_FILES_POLL_S = 0.5
+"""How often a checkpoint's writer looks for the trainer's finished files while it waits for
+the trainer to confirm them (`Checkpoints._trainer_wrote`)."""
 
 
 class Checkpoints:
@@ -112,12 +122,26 @@ class Checkpoints:
             await self._writing
 
     async def abandon(self) -> None:
-        """Drops the checkpoint being written (its trainer died): it never becomes complete."""
+        """The trainer died. The checkpoint being written is completed where the trainer's
+        part of it is already on disk (nothing more is needed from the trainer) and dropped
+        otherwise: it would never become complete."""
+        writing, partial = self._writing, self._partial
+        on_disk = partial is not None and await asyncio.to_thread(disk.trainer_written, partial)
+        if writing and not writing.done() and on_disk:
+            with contextlib.suppress(Exception):  # `_write` says why it failed
+                await writing
+            self._writing = None
+            if self._partial is not None:  # failed after all: like a dropped one
+                self.taken = None
+            return
         if self._writing is not None:
             self._writing.cancel()
             with contextlib.suppress(BaseException):
                 await self._writing
+            if partial is not None:  # cancelled before it began, `_write` removed nothing
+                await asyncio.to_thread(shutil.rmtree, partial, ignore_errors=True)
         self._writing = None
+        self._partial = None
         self.taken = None
 
     async def _write(
@@ -126,7 +150,7 @@ class Checkpoints:
         version = state.version
         try:
             start = time.perf_counter()
-            await job.components.trainer.saved()
+            await self._trainer_wrote(job, partial)
             sink = job.sink
             metrics_end, prompts_end = sink.ends_at(version)
             await asyncio.to_thread(
@@ -149,9 +173,27 @@ class Checkpoints:
             self._log(f"[checkpoint {disk.step_name(version)} not written: {e}]")
             return
         self.newest = final
+        self._partial = None
         disk.prune(self._out, self._cfg.checkpoint.keep)
         size = sum(p.stat().st_size for p in final.rglob("*") if p.is_file())
         self._log(
             f"[checkpoint {final.name}: {size / 2**20:.1f} MiB, written in "
             f"{time.perf_counter() - start:.1f}s in the background]"
         )
+
+    async def _trainer_wrote(self, job: CutSource, partial: Path) -> None:
+        """Returns once the trainer's part of the checkpoint in `partial` is written: the
+        trainer says so (`saved`, which raises what the write raised), or, where it cannot
+        (hung, or dead after its write finished), DCP's metadata is on disk."""
+        said = asyncio.ensure_future(job.components.trainer.saved())
+        try:
+            while True:
+                await asyncio.wait({said}, timeout=TRAINER_FILES_POLL_S)
+                if said.done() and said.exception() is None:
+                    return
+                if await asyncio.to_thread(disk.trainer_written, partial):
+                    return
+                if said.done():
+                    said.result()  # the write failed, or the trainer died before it ended
+        finally:
+            said.cancel()

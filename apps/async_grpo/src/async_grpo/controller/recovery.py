@@ -88,8 +88,9 @@ def episodes_lost_bound(cfg: RunConfig, *, buffer_deaths: int, trainer_deaths: i
     A buffer death loses what it held (at most `buffer.capacity`) and the puts on their way
     to it (one call per rollout loop). A trainer death loses every episode generated since
     the newest complete checkpoint: the batches of the steps since it (fewer than
-    2 x `checkpoint.every`, since a checkpoint still being written when the trainer dies is
-    dropped and the next one waits for it), plus what the buffer held and the calls in
+    2 x `checkpoint.every`, since a checkpoint whose trainer part was not yet on disk when
+    the trainer died is dropped and the next one waits for it), plus what the buffer held
+    and the calls in
     flight. Episodes the buffer evicted as stale in that span count too; the bound assumes
     there are few (async mode throttles generation to `buffer.max_policy_age`).
     """
