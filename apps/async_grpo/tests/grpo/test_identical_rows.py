@@ -1,5 +1,6 @@
 """`trainer.merge_identical`: identical episodes of a step take one row, their tokens weighted
-by their number, and the step is the one a row per episode gives."""
+by their number, and the step is the one a row per episode gives. And the reference model's
+pass (`sequence_logprobs_in_passes`): each distinct episode once, every row's log-probs."""
 
 import dataclasses
 from pathlib import Path
@@ -7,7 +8,13 @@ from pathlib import Path
 import pytest
 import torch
 from async_grpo.config.schema import LossConfig, SamplingConfig, TrainerConfig
-from async_grpo.grpo.batching import identical_rows, pack
+from async_grpo.grpo.batching import (
+    distinct_sequences,
+    identical_rows,
+    pack,
+    sequence_logprobs,
+    sequence_logprobs_in_passes,
+)
 from async_grpo.grpo.loss import grpo_loss
 from async_grpo.grpo.step import TrainerCore
 from async_grpo.model.policy import load_policy, load_tokenizer
@@ -72,6 +79,64 @@ def test_the_same_tokens_and_masks_split_at_another_place_are_not_equal() -> Non
     assert torch.equal(batch.behavior_logprobs[0], batch.behavior_logprobs[1])
     rows, counts = identical_rows(batch, torch.arange(2))
     assert (rows.tolist(), counts.tolist()) == ([0, 1], [1, 1])
+
+
+def test_the_distinct_sequences_of_a_batch_ignore_what_no_forward_pass_reads() -> None:
+    eps = [
+        episode([2, 3], [4, 5]),  # 0
+        episode([2, 3], [4, 5], lp=-0.25, advantage=-1.0),  # 1: 0's tokens: the same pass
+        episode([2, 3], [4]),  # 2: a prefix of 0's response
+        episode([2], [3, 4, 5]),  # 3: 0's tokens end to end, another prompt
+        episode([2, 3], [4]),  # 4 = 2
+    ]
+    first, of_row = distinct_sequences(pack(eps, pad_id=0))
+    assert sorted(first.tolist()) == [0, 2, 3]
+    assert first[of_row].tolist() == [0, 0, 2, 3, 2]  # each row's kind is its first
+
+
+class TokenCounting(torch.nn.Module):
+    """A model that counts the token positions its forward passes are given."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model, self.tokens = model, 0
+
+    def forward(self, *args: object, **kwargs: torch.Tensor) -> object:
+        self.tokens += kwargs["input_ids"].numel()
+        return self.model(*args, **kwargs)
+
+
+@pytest.mark.parametrize("budget", [0, 20])
+def test_the_reference_pass_runs_each_distinct_episode_once(
+    tiny_checkpoint: Path, budget: int
+) -> None:
+    tok = load_tokenizer(str(tiny_checkpoint))
+    one, two = tok.encode("count to 2:"), tok.encode("count to 3:")
+    right, wrong = tok.encode(" 1 2"), tok.encode(" 1 2 3")
+    kinds = [episode(one, right), episode(one, wrong), episode(two, right)]
+    eps = [kinds[0]] * 5 + [kinds[1], kinds[2]] * 2
+    model = load_policy(str(tiny_checkpoint))
+    pad = int(tok.pad_token_id or 0)
+
+    def reference(episodes: list[Episode]) -> tuple[torch.Tensor, int]:
+        counting = TokenCounting(model)
+        lp = sequence_logprobs_in_passes(
+            counting,  # type: ignore[arg-type]
+            pack(episodes, pad),
+            1.0,
+            1.0,
+            len(tok),
+            token_budget=budget,
+        )
+        return lp, counting.tokens
+
+    got, tokens = reference(eps)
+    assert tokens == reference(kinds)[1]  # the nine episodes cost what the three do
+    with torch.no_grad():
+        each = sequence_logprobs(model, pack(eps, pad), 1.0, 1.0, len(tok))  # a row each
+    assert got.shape == each.shape
+    torch.testing.assert_close(got, each, rtol=0, atol=1e-6)
+    assert (got[:5] == got[0]).all()
 
 
 def test_a_row_weighted_n_is_n_rows_in_the_loss() -> None:

@@ -159,6 +159,16 @@ def identical_rows(batch: TrainBatch, rows: Tensor) -> tuple[Tensor, Tensor]:
     return rows[first[order]], torch.bincount(of_row, minlength=len(first))[order]
 
 
+def distinct_sequences(batch: TrainBatch) -> tuple[Tensor, Tensor]:
+    """The rows of `batch` that differ in what a forward pass reads (tokens, attention, where
+    the response starts and which of its tokens are the policy's): [K] the first row of each
+    kind and [B] each row's index into those K. A pass over the K rows, indexed by the
+    second, gives every row's log-probs (a group that has learned its answer repeats it)."""
+    fields = [batch.input_ids, batch.response_start.unsqueeze(1), batch.attention_mask]
+    fields.append(batch.response_mask)
+    return _distinct_rows(torch.cat([_bits(f) for f in fields], 1))
+
+
 def _distinct_rows(key: Tensor) -> tuple[Tensor, Tensor]:
     """The distinct rows of `key` [R, n]: [K] the first row holding each (in the order of
     `torch.unique`) and [R] each row's index into those K."""
@@ -228,15 +238,18 @@ def sequence_logprobs_in_passes(
     *,
     token_budget: int,
 ) -> Tensor:
-    """`sequence_logprobs` [B, T] without gradient, computed in micro-batches of at most
-    `token_budget` padded tokens (`micro_batches`; 0: one pass)."""
-    out = torch.zeros(batch.response_mask.shape, device=batch.response_mask.device)
+    """`sequence_logprobs` [B, T] without gradient, each distinct row computed once
+    (`distinct_sequences`), in micro-batches of at most `token_budget` padded tokens
+    (`micro_batches`; 0: one pass)."""
+    first, of_row = distinct_sequences(batch)
+    kinds = batch.select(first)
+    out = torch.zeros((len(first), batch.response_mask.shape[1]), device=first.device)
     with torch.no_grad():
-        for rows in micro_batches(batch.seq_lens.cpu(), token_budget):
+        for rows in micro_batches(kinds.seq_lens.cpu(), token_budget):
             on = rows.to(out.device)
-            lp = sequence_logprobs(model, batch.select(on), temperature, top_p, vocab_size)
+            lp = sequence_logprobs(model, kinds.select(on), temperature, top_p, vocab_size)
             out[on, : lp.shape[1]] = lp.float()
-    return out
+    return out[of_row]
 
 
 def sequence_logprobs_and_entropy(
