@@ -90,9 +90,9 @@ def episodes_lost_bound(cfg: RunConfig, *, buffer_deaths: int, trainer_deaths: i
     the newest complete checkpoint: the batches of the steps since it (fewer than
     2 x `checkpoint.every`, since a checkpoint whose trainer part was not yet on disk when
     the trainer died is dropped and the next one waits for it), plus what the buffer held
-    and the calls in
-    flight. Episodes the buffer evicted as stale in that span count too; the bound assumes
-    there are few (async mode throttles generation to `buffer.max_policy_age`).
+    and the calls in flight. Episodes the buffer evicted as stale in that span count too;
+    the bound assumes there are few (async mode throttles generation to
+    `buffer.max_policy_age`).
     """
     in_flight = cfg.rollout_loops * cfg.generator.prompts_per_call * cfg.sampling.group_size
     held = cfg.buffer.capacity + in_flight

@@ -147,10 +147,7 @@ def identical_rows(batch: TrainBatch, rows: Tensor) -> tuple[Tensor, Tensor]:
     and loss terms, so a pass over the K rows with each token's loss weighted by its row's
     count is the pass over all R (a group that has learned its answer repeats it: a trained
     tiny run's batches hold a few distinct responses a group)."""
-    # Where the response starts too: with environment tokens (mask 0) at a response's end,
-    # two rows can hold the same tokens and masks but split them at different places.
-    fields = [batch.input_ids, batch.response_start.unsqueeze(1), batch.attention_mask]
-    fields.append(batch.response_mask)
+    fields = _pass_inputs(batch)
     fields += [batch.behavior_logprobs, batch.advantages.reshape(len(batch.advantages), -1)]
     if batch.ref_logprobs is not None:
         fields.append(batch.ref_logprobs)
@@ -164,9 +161,19 @@ def distinct_sequences(batch: TrainBatch) -> tuple[Tensor, Tensor]:
     the response starts and which of its tokens are the policy's): [K] the first row of each
     kind and [B] each row's index into those K. A pass over the K rows, indexed by the
     second, gives every row's log-probs (a group that has learned its answer repeats it)."""
-    fields = [batch.input_ids, batch.response_start.unsqueeze(1), batch.attention_mask]
-    fields.append(batch.response_mask)
-    return _distinct_rows(torch.cat([_bits(f) for f in fields], 1))
+    return _distinct_rows(torch.cat([_bits(f) for f in _pass_inputs(batch)], 1))
+
+
+def _pass_inputs(batch: TrainBatch) -> list[Tensor]:
+    """The fields of `batch` that decide a row's forward pass and which of its tokens count.
+    Where the response starts too: with environment tokens (mask 0) at a response's end,
+    two rows can hold the same tokens and masks but split them at different places."""
+    return [
+        batch.input_ids,
+        batch.response_start.unsqueeze(1),
+        batch.attention_mask,
+        batch.response_mask,
+    ]
 
 
 def _distinct_rows(key: Tensor) -> tuple[Tensor, Tensor]:
