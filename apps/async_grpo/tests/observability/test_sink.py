@@ -80,3 +80,35 @@ def test_a_checkpoints_rows_that_do_not_pair_up_are_refused(tmp_path: Path) -> N
     assert sink.path.read_text(encoding="utf-8") == before  # nothing rewound
     assert versions(up_to(sink, 1)[0]) == [1]
     sink.close()
+
+
+@pytest.mark.parametrize(
+    ("metrics", "prompts", "message"),
+    [
+        ([1, 2], [1, 3], "metrics row 2 is of version 2, its prompt row 2 of version 3"),
+        ([2, 1], [2, 1], "row 2 is of version 1, after version 2"),
+        ([1, 1], [1, 1], "row 2 is of version 1, after version 1"),
+    ],
+)
+def test_a_checkpoints_rows_of_other_versions_or_out_of_order_are_refused(
+    tmp_path: Path, metrics: list[int], prompts: list[int], message: str
+) -> None:
+    sink = MetricsSink(tmp_path)
+    sink.write(row(1), prompts=[1])
+    before = sink.path.read_text(encoding="utf-8")
+    text = "".join(json.dumps(step_row(version=v)) + "\n" for v in metrics)
+    prompt_text = "".join(json.dumps({"version": v, "prompts": []}) + "\n" for v in prompts)
+    with pytest.raises(ValueError, match=message):
+        sink.rewind(text, prompt_text)
+    assert sink.path.read_text(encoding="utf-8") == before  # nothing rewound
+    sink.close()
+
+
+def test_a_checkpoints_row_that_is_not_json_is_named(tmp_path: Path) -> None:
+    sink = MetricsSink(tmp_path)
+    good = json.dumps({"version": 1, "prompts": []}) + "\n"
+    with pytest.raises(ValueError, match="metrics row 1 is not a JSON row with a version"):
+        sink.rewind("{not json\n", good)
+    with pytest.raises(ValueError, match="prompt row 1 has version '1'"):
+        sink.rewind(json.dumps(step_row(version=1)) + "\n", '{"version": "1"}\n')
+    sink.close()

@@ -106,7 +106,9 @@ def rows_up_to(path: Path, end: int) -> str:
 
 def _row_ends(metrics: str, prompts: str) -> list[tuple[int, int, int]]:
     """`MetricsSink._ends` of files holding `metrics` and `prompts` (a checkpoint's copies,
-    one line per version in both, in the same order)."""
+    one line per version in both, in the same order); ValueError naming the first row that
+    is not one: a line without a JSON "version", two rows of another version, a version not
+    after the one before."""
     metric_lines = metrics.splitlines(True)
     prompt_lines = prompts.splitlines(True)
     if len(metric_lines) != len(prompt_lines):
@@ -116,8 +118,30 @@ def _row_ends(metrics: str, prompts: str) -> list[tuple[int, int, int]]:
         )
     ends: list[tuple[int, int, int]] = []
     metrics_end = prompts_end = 0
-    for m, p in zip(metric_lines, prompt_lines, strict=True):
+    for i, (m, p) in enumerate(zip(metric_lines, prompt_lines, strict=True), 1):
+        version, prompts_version = _version_of(m, "metrics", i), _version_of(p, "prompt", i)
+        if version != prompts_version:
+            raise ValueError(
+                f"a checkpoint's metrics row {i} is of version {version}, its prompt row "
+                f"{i} of version {prompts_version}"
+            )
+        if ends and version <= ends[-1][0]:
+            raise ValueError(
+                f"a checkpoint's row {i} is of version {version}, after version {ends[-1][0]}"
+            )
         metrics_end += len(m.encode("utf-8"))
         prompts_end += len(p.encode("utf-8"))
-        ends.append((int(json.loads(m)["version"]), metrics_end, prompts_end))
+        ends.append((version, metrics_end, prompts_end))
     return ends
+
+
+def _version_of(line: str, which: str, i: int) -> int:
+    try:
+        version = json.loads(line)["version"]
+    except (ValueError, TypeError, KeyError):
+        raise ValueError(
+            f"a checkpoint's {which} row {i} is not a JSON row with a version"
+        ) from None
+    if not isinstance(version, int):
+        raise ValueError(f"a checkpoint's {which} row {i} has version {version!r}")
+    return version
