@@ -4,15 +4,20 @@ known: every step 10 ms apart, each version's call on fixed offsets."""
 from __future__ import annotations
 
 import pytest
-from async_grpo.observability.report.cycle import SEGMENTS, batch_cycles, trained_at_bound
+from async_grpo.observability.report.cycle import (
+    SEGMENTS,
+    Cycles,
+    batch_cycles,
+    trained_at_bound,
+)
 from async_grpo.tracing.files import Trace
 from synthetic_runs import cycle_trace as trace
 from synthetic_runs import span
 
 
-def segments(c: object) -> dict[str, float]:
+def segments(c: Cycles | None) -> dict[str, float]:
     assert c is not None
-    return dict(zip((name for name, _ in SEGMENTS), c.segments_ms, strict=True))  # type: ignore[attr-defined]
+    return dict(zip((name for name, _ in SEGMENTS), c.segments_ms, strict=True))
 
 
 def test_an_async_cycle_whose_batch_is_late_for_the_trainer() -> None:
