@@ -16,6 +16,10 @@
 #                CHECKPOINT_DIR) with the HF engine for about 3 minutes, 1 of them training
 #                (the reference model on the trainer's GPU), a checkpoint every 20 steps, GPU
 #                memory sampled
+# and one part that runs only when GPU_CHECK_PARTS names it:
+#   async_vs_sync  apps/async_grpo/benchmarks/async_vs_sync.py --device cpu --steps 300: the
+#                tiny preset's two modes on the machine's CPU cores, each process on a core
+#                of its own (the development machine shares 2 cores among 5 processes)
 # Then OUT_DIR/gpu_check.json (everything), OUT_DIR/<part>.log (each part's log, its last
 # 400 lines) and a short table. Exits 1 if any part failed or timed out.
 #
@@ -31,16 +35,16 @@
 #
 #   run(command='bash tools/gpu_check.sh "$OUT"', carry=[".offline"], timeout_s=430)
 #
-# What comes back in $OUT: gpu_check.json, <part>.log for the four parts, app_metrics.jsonl.
+# What comes back in $OUT: gpu_check.json, <part>.log for each part run, app_metrics.jsonl.
 # docs/gpu_check.md describes it all and keeps the results.
 #
 # Settings (environment): GPU_CHECK_PYTHON (python3), GPU_CHECK_WORK (scratch, default
 # /tmp/gpu_check: the app's checkpoints are large, so they stay out of OUT_DIR), and the
 # part limits in seconds GPU_CHECK_SETUP_S (35), GPU_CHECK_TESTS_S (70), GPU_CHECK_SYNC_S
-# (60), GPU_CHECK_APP_S (210) and GPU_CHECK_APP_TRAIN_S (60: the app's --max_minutes);
-# GPU_CHECK_APP_ARGS, more options for the app (after the script's own); GPU_CHECK_PARTS,
-# the parts to run (default "setup gpu_tests weight_sync app"; the others are "not run",
-# and setup is needed by the rest).
+# (60), GPU_CHECK_APP_S (210), GPU_CHECK_APP_TRAIN_S (60: the app's --max_minutes) and
+# GPU_CHECK_BENCH_S (150: async_vs_sync); GPU_CHECK_APP_ARGS, more options for the app
+# (after the script's own); GPU_CHECK_PARTS, the parts to run (default "setup gpu_tests
+# weight_sync app"; the others are "not run", and setup is needed by the rest).
 set -uo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -131,6 +135,15 @@ part_app() {
     return $rc
 }
 
+part_async_vs_sync() {
+    # 300 steps a mode on a GPU machine's cores (about a minute there); the CPU rehearsal
+    # only shows that it runs offline.
+    local steps=300
+    [ "$(cat "$WORK/mode")" = cuda ] || steps=30
+    cd "$root" && "$PY" apps/async_grpo/benchmarks/async_vs_sync.py --device cpu \
+        --steps "$steps" --json "$WORK/async_vs_sync.json"
+}
+
 if [ "${1:-}" = --part ]; then
     "part_$2"
     exit $?
@@ -151,13 +164,14 @@ while [ $# -gt 0 ]; do
 done
 export MODEL_DIR
 # Checked before the scratch directory is emptied: a mistyped list loses no earlier run.
-ALL_PARTS="setup gpu_tests weight_sync app"
-for part in ${GPU_CHECK_PARTS:-$ALL_PARTS}; do
+DEFAULT_PARTS="setup gpu_tests weight_sync app"
+ALL_PARTS="$DEFAULT_PARTS async_vs_sync"
+for part in ${GPU_CHECK_PARTS:-$DEFAULT_PARTS}; do
     [[ " $ALL_PARTS " == *" $part "* ]] || { echo "GPU_CHECK_PARTS: no part '$part' (the parts: $ALL_PARTS)" >&2; exit 2; }
 done
 # The other parts import what setup installs: without it they fail in a second, and the
 # device time of the machine's start is spent for nothing.
-[[ " ${GPU_CHECK_PARTS:-$ALL_PARTS} " == *" setup "* ]] || { echo "GPU_CHECK_PARTS: '${GPU_CHECK_PARTS}' has no setup, which installs what the other parts import; add it" >&2; exit 2; }
+[[ " ${GPU_CHECK_PARTS:-$DEFAULT_PARTS} " == *" setup "* ]] || { echo "GPU_CHECK_PARTS: '${GPU_CHECK_PARTS}' has no setup, which installs what the other parts import; add it" >&2; exit 2; }
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd) || exit 2
 rm -rf "$WORK" && mkdir -p "$WORK" || exit 2
 date +%s.%N > "$WORK/started_unix"
@@ -228,10 +242,11 @@ run_part() {
     echo "======== $name: $status after ${seconds} s${reason:+ ($reason)}"
 }
 
-wanted() { [[ " ${GPU_CHECK_PARTS:-$ALL_PARTS} " == *" $1 "* ]]; }
+wanted() { [[ " ${GPU_CHECK_PARTS:-$DEFAULT_PARTS} " == *" $1 "* ]]; }
 wanted setup && run_part setup "${GPU_CHECK_SETUP_S:-35}"
 wanted gpu_tests && run_part gpu_tests "${GPU_CHECK_TESTS_S:-70}"
 wanted weight_sync && run_part weight_sync "${GPU_CHECK_SYNC_S:-60}"
 wanted app && run_part app "${GPU_CHECK_APP_S:-210}"
+wanted async_vs_sync && run_part async_vs_sync "${GPU_CHECK_BENCH_S:-150}"
 cp "$WORK/app/metrics.jsonl" "$OUT/app_metrics.jsonl" 2> /dev/null
 "$PY" "$root/tools/gpu_check.py" summarize "$WORK" "$OUT"

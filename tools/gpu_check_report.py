@@ -18,8 +18,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-PARTS = ("setup", "gpu_tests", "weight_sync", "app")
-"""The check's parts, in the order they run and are reported."""
+PARTS = ("setup", "gpu_tests", "weight_sync", "app", "async_vs_sync")
+"""The check's parts, in the order they run and are reported (the last only when asked for by
+name: "not run" otherwise)."""
 
 
 def summarize(work: Path, out: Path) -> int:
@@ -36,6 +37,7 @@ def summarize(work: Path, out: Path) -> int:
     parts["gpu_tests"]["tests"] = _junit(sorted(work.glob("junit-*.xml")))
     parts["weight_sync"]["result"] = _read_json(work / "weight_sync.json")
     parts["app"]["result"] = _app(work / "app", work / "memory.jsonl", mode)
+    parts["async_vs_sync"]["result"] = _read_json(work / "async_vs_sync.json")
     # "not run": left out by GPU_CHECK_PARTS.
     failed = [n for n, p in parts.items() if p["status"] not in ("passed", "skipped", "not run")]
     report = {
@@ -298,10 +300,10 @@ def print_table(report: dict[str, Any]) -> None:
         f"{versions.get('transformers')}, torchmonarch {versions.get('torchmonarch')}, "
         f"GPU: {gpu.get('name', 'none')}, {m.get('cpus')} CPUs"
     )
-    print(f"{'part':<12} {'status':<10} {'seconds':>8}  result")
+    print(f"{'part':<13} {'status':<10} {'seconds':>8}  result")
     for name in PARTS:
         p = parts[name]
-        print(f"{name:<12} {p['status']:<10} {p.get('seconds', 0):>8.1f}  {_one_line(name, p)}")
+        print(f"{name:<13} {p['status']:<10} {p.get('seconds', 0):>8.1f}  {_one_line(name, p)}")
     for t in parts["gpu_tests"]["tests"]:
         note = f"  ({t['message']})" if t["message"] and t["outcome"] != "passed" else ""
         print(f"    {t['outcome']:<8} {t['id']}{note}")
@@ -356,6 +358,8 @@ def _one_line(name: str, p: dict[str, Any]) -> str:
         else:
             text += " (cuda_ipc skipped: no CUDA device)"
         return text + ("" if r["bit_for_bit"] else ", NOT bit for bit")
+    if name == "async_vs_sync":
+        return _modes_line(p.get("result"))
     r = p.get("result")
     if not r or "steps" not in r:
         return "-"
@@ -371,6 +375,26 @@ def _one_line(name: str, p: dict[str, Any]) -> str:
     text += f" (held at most {max(held):.2f} s)" if held else ""
     text += f", reward {_fmt(r['reward_first'], 3)} -> {_fmt(r['reward_last'], 3)}"
     return text + (" (moved)" if r["reward_moved"] else " (did not move)")
+
+
+def _modes_line(rows: Any) -> str:
+    """The benchmark's two JSON rows (`benchmarks/async_vs_sync.py`) in one line."""
+    if not isinstance(rows, list):
+        return "-"
+    by = {r.get("mode"): r for r in rows if isinstance(r, dict)}
+    sync, async_ = by.get("sync"), by.get("async")
+    if sync is None or async_ is None:
+        return "-"
+    ratio = async_["episodes_per_s"] / sync["episodes_per_s"] if sync["episodes_per_s"] else None
+    text = f"[the tiny preset on the CPUs] sync {sync['episodes_per_s']:.1f} episodes/s, "
+    text += f"async {async_['episodes_per_s']:.1f} ({_fmt(ratio, 2)}x), async trainer idle "
+    text += f"{async_['trainer_idle_frac']:.1%}, trained/generated {async_['trained_frac']:.1%}"
+    if "cycle_ms" in sync and "cycle_ms" in async_:
+        cycles = (sum(r["cycle_ms"].values()) for r in (sync, async_))
+        text += ", C/T sync {:.2f}/{:.2f} ms, async {:.2f}/{:.2f}".format(
+            next(cycles), sync["train_ms"], next(cycles), async_["train_ms"]
+        )
+    return text
 
 
 def _fmt(x: float | None, digits: int) -> str:

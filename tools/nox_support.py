@@ -239,12 +239,14 @@ def rehearsal_env(session: nox.Session, env_dir: Path, device_packages: Path) ->
 def rehearsal_problems(report: dict[str, Any]) -> list[str]:
     """What a CPU rehearsal must show beyond exit status 0: the CPU mode, every import and
     an actor in the GPU machine's environment, gpu tests collected (skipping, with their
-    reason), a bit-for-bit weight sync, and the app's steps."""
+    reason), a bit-for-bit weight sync, the app's steps, and both modes of the async vs sync
+    benchmark."""
     parts = report["parts"]
     env = parts["setup"].get("environment") or {}
     tests = parts["gpu_tests"].get("tests") or []
     sync = parts["weight_sync"].get("result") or {}
     app = parts["app"].get("result") or {}
+    modes = parts["async_vs_sync"].get("result") or []
     checks = {
         "the mode is cpu": report.get("mode") == "cpu",
         "every import and one actor": not env.get("problems") and bool(env.get("actor")),
@@ -254,5 +256,9 @@ def rehearsal_problems(report: dict[str, Any]) -> list[str]:
         ),
         "weight sync bit for bit": sync.get("bit_for_bit") is True,
         "the app trained 3 steps": app.get("steps") == 3,
+        "the benchmark ran both modes": sorted(
+            r.get("mode") for r in modes if isinstance(r, dict) and r.get("episodes_per_s")
+        )
+        == ["async", "sync"],
     }
     return [f"rehearsal: not true that {what}" for what, ok in checks.items() if not ok]

@@ -19,7 +19,9 @@ same number of episodes), the other columns the mean.
 is the reward of the last 64 generated episodes (it swings by about 0.15 from step to step),
 `final_eval` the final weights' score on the preset's fixed evaluation set (it does not).
 `--nice N` runs both modes with the run option `--nice N` (the preset's 10 by default; 0:
-the other processes at the trainer's priority).
+the other processes at the trainer's priority). `--device cpu` keeps every process on the
+CPU where `auto` would put the models on a GPU: on the GPU machine, its 16 cores
+(`tools/gpu_check.sh`'s `async_vs_sync` part).
 
 Then, from each run's trace, where the batch cycle goes (`observability/report/cycle.py`):
 from the end of the step that makes version v to the start of the step that trains on v's
@@ -41,14 +43,16 @@ from typing import TYPE_CHECKING
 
 from async_grpo.config.args import apply_overrides
 from async_grpo.config.presets import tiny
-from async_grpo.observability.report.build import load_run, run_cycles
 from async_grpo.observability.report.cycle import SEGMENTS, Cycles
+from async_grpo.observability.report.run_dir import load_run, run_cycles
 
 if TYPE_CHECKING:
     from async_grpo.observability.console import Summary
 
 
-def bench(mode: str, steps: int, seed: int, out: Path, nice: int | None = None) -> Summary:
+def bench(
+    mode: str, steps: int, seed: int, out: Path, *, nice: int | None, device: str | None
+) -> Summary:
     # Imported here, not at the top: `--help` answers without the seconds they take.
     from async_grpo.launch.prepare import prepare  # noqa: PLC0415
     from async_grpo.train import run  # noqa: PLC0415
@@ -56,6 +60,8 @@ def bench(mode: str, steps: int, seed: int, out: Path, nice: int | None = None) 
     overrides = {"mode": mode, "steps": str(steps), "seed": str(seed), "out_dir": str(out)}
     if nice is not None:
         overrides["nice"] = str(nice)
+    if device is not None:
+        overrides["device"] = device
     cfg = apply_overrides(tiny(), overrides)
     return asyncio.run(run(cfg, prepare(cfg), quiet=True))
 
@@ -78,6 +84,13 @@ def main() -> None:
     parser.add_argument(
         "--nice", type=int, default=None, help="the run's --nice (default: the preset's, 10)"
     )
+    parser.add_argument(
+        "--device",
+        choices=("auto", "cuda", "cpu"),
+        default=None,
+        help="the runs' --device (default: the preset's, auto); cpu on a GPU machine measures "
+        "its CPU cores",
+    )
     args = parser.parse_args()
     if args.nice is not None and not 0 <= args.nice <= 19:
         parser.error(f"--nice must be in 0..19 (a Linux nice value), got {args.nice}")
@@ -87,7 +100,8 @@ def main() -> None:
     nice = tiny().nice if args.nice is None else args.nice
     print(
         f"tiny preset, {steps} train steps per run, {args.rounds} run(s) per mode, "
-        f"seed {args.seed}, nice {nice}, {os.cpu_count()} CPUs"
+        f"seed {args.seed}, nice {nice}, device {args.device or tiny().device}, "
+        f"{os.cpu_count()} CPUs"
     )
     runs: dict[str, list[Summary]] = {"sync": [], "async": []}
     cycles: dict[str, list[Cycles]] = {"sync": [], "async": []}
@@ -95,7 +109,7 @@ def main() -> None:
         for i in range(args.rounds):
             for mode in ("sync", "async") if i % 2 == 0 else ("async", "sync"):
                 out = Path(tmp) / f"{mode}-{i}"
-                runs[mode].append(bench(mode, steps, args.seed, out, nice))
+                runs[mode].append(bench(mode, steps, args.seed, out, nice=nice, device=args.device))
                 found = run_cycles(load_run(out))
                 if found is None:
                     print(f"{mode} run {i}: no cycle (no trace, or batches younger than the bound)")

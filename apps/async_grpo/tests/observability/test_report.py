@@ -6,18 +6,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from async_grpo.observability.report.build import (
-    ReportError,
-    RunData,
-    load_run,
-    run_view,
-    summarize,
-    write_report,
-)
+from async_grpo.observability.report.build import run_view, summarize, write_report
+from async_grpo.observability.report.run_dir import ReportError, RunData, load_run
 from async_grpo.observability.report.utilization import covered, pick_window, union, utilization
 from async_grpo.tracing.files import load_trace
 from synthetic_runs import ProcessFile, Schedule, cycle_trace, step_row, write_run, write_sweep
@@ -200,3 +196,21 @@ def test_a_replica_killed_mid_run_keeps_its_spans(tmp_path: Path) -> None:
     assert names == ["generator 0", "generator 1"]
     assert not trace.cut_short
     assert any("generator 1" in n for n in trace.notes)
+
+
+def test_reading_a_run_needs_no_plotly() -> None:
+    """The GPU machine has no plotly: what reads a run directory, and the async vs sync
+    benchmark that runs there (`tools/gpu_check.sh`'s `async_vs_sync` part), import none."""
+    bench = Path(__file__).resolve().parents[2] / "benchmarks" / "async_vs_sync.py"
+    code = (
+        "import runpy, sys\n"
+        "sys.modules['plotly'] = None  # any import of it fails\n"
+        "import async_grpo.observability.report.run_dir\n"
+        "sys.argv = ['async_vs_sync.py', '--help']\n"
+        f"runpy.run_path({str(bench)!r}, run_name='__main__')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert "--device {auto,cuda,cpu}" in done.stdout

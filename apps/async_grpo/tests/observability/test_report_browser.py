@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from async_grpo.observability.report.build import load_run, summarize, write_report
+from async_grpo.observability.report.build import summarize, write_report
+from async_grpo.observability.report.run_dir import load_run
 from synthetic_runs import write_sweep
 
 CHROMIUM = Path(os.environ.get("ASYNC_GRPO_CHROMIUM", "/usr/bin/chromium"))

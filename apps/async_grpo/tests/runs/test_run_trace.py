@@ -20,8 +20,9 @@ import pytest
 from async_grpo.config.args import apply_overrides
 from async_grpo.config.presets import tiny
 from async_grpo.launch.prepare import prepare
-from async_grpo.observability.report.build import load_run, summarize, write_report
+from async_grpo.observability.report.build import summarize, write_report
 from async_grpo.observability.report.cycle import SEGMENTS, batch_cycles
+from async_grpo.observability.report.run_dir import load_run
 from async_grpo.tracing.files import load_trace
 from async_grpo.train import run
 from jobs import rows
