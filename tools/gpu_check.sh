@@ -136,8 +136,8 @@ part_app() {
 }
 
 part_async_vs_sync() {
-    # 300 steps a mode on a GPU machine's cores (about a minute there); the CPU rehearsal
-    # only shows that it runs offline.
+    # 300 steps a mode on a GPU machine's cores; the CPU rehearsal's 30 only show that it
+    # runs offline.
     local steps=300
     [ "$(cat "$WORK/mode")" = cuda ] || steps=30
     cd "$root" && "$PY" apps/async_grpo/benchmarks/async_vs_sync.py --device cpu \
