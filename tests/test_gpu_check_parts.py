@@ -26,6 +26,7 @@ def check(parts: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
         ("setup apps", "no part 'apps'"),
         ("app", "has no setup"),
         ("gpu_tests weight_sync", "has no setup"),
+        ("async_vs_sync", "has no setup"),  # a part, though not a default one
     ],
 )
 def test_a_part_list_it_cannot_run_is_refused(parts: str, message: str, tmp_path: Path) -> None:
