@@ -35,12 +35,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from async_grpo.actors.cores import usable_cpus
 from async_grpo.config.args import apply_overrides
 from async_grpo.config.presets import tiny
 from async_grpo.observability.report.cycle import SEGMENTS, Cycles
@@ -101,7 +101,7 @@ def main() -> None:
     print(
         f"tiny preset, {steps} train steps per run, {args.rounds} run(s) per mode, "
         f"seed {args.seed}, nice {nice}, device {args.device or tiny().device}, "
-        f"{os.cpu_count()} CPUs"
+        f"{usable_cpus()} CPUs"
     )
     runs: dict[str, list[Summary]] = {"sync": [], "async": []}
     cycles: dict[str, list[Cycles]] = {"sync": [], "async": []}

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
-import os
 import statistics
 import tempfile
 import time
 from collections.abc import Callable
 from multiprocessing.synchronize import Event
 from pathlib import Path
+
+from async_grpo.actors.cores import usable_cpus
 
 
 def _tiny_model(out: Path) -> str:
@@ -133,7 +134,7 @@ def main() -> None:
                     if proc.is_alive():
                         proc.kill()
     alone = statistics.median(times["alone"])
-    print(f"{os.cpu_count()} CPUs; train step (tiny preset, 128 episodes), median of {3 * steps}:")
+    print(f"{usable_cpus()} CPUs; train step (tiny preset, 128 episodes), median of {3 * steps}:")
     for condition in conditions:
         ms = 1e3 * statistics.median(times[condition])
         ratio = statistics.median(times[condition]) / alone

@@ -29,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from async_grpo.actors.cores import usable_cpus
+
 POLL_S = 0.05
 DEADLINE_S = 600.0
 
@@ -107,7 +109,7 @@ def main() -> None:
     print(f"{steps} steps, {wall_ms:.1f} ms a step; CPU ms a step (share of one core):")
     for name, ms in sorted(rows.items(), key=lambda r: -r[1]):
         print(f"  {name:<12} {ms:6.1f} ({ms / wall_ms:4.0%})")
-    total, cores = sum(rows.values()), os.cpu_count() or 1
+    total, cores = sum(rows.values()), usable_cpus()
     used = total / wall_ms / cores
     print(f"  {'total':<12} {total:6.1f} of {cores * wall_ms:.1f} ({used:.0%} of {cores} cores)")
     if args.json:

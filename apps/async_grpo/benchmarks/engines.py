@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Literal
 
 import torch
+from async_grpo.actors.cores import usable_cpus
 
 MODELS: dict[str, Literal["float32", "bfloat16"]] = {
     "tiny": "float32",
@@ -139,7 +140,7 @@ def main() -> None:
     parser.add_argument("--group", type=int, default=8)
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--threads", type=int, default=usable_cpus())
     parser.add_argument("--quick", action="store_true", help="the tiny model only")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--one", nargs=2, metavar=("ENGINE", "MODEL"), help=argparse.SUPPRESS)
@@ -159,7 +160,7 @@ def main() -> None:
     models = ["tiny"] if args.quick else list(MODELS)
     print(
         f"{args.prompts} prompts x {args.group} samples x <= {args.new_tokens} new tokens, "
-        f"{args.threads} threads, {os.cpu_count()} CPUs"
+        f"{args.threads} threads, {usable_cpus()} CPUs"
     )
     passed = [f"--prompts={args.prompts}", f"--group={args.group}", f"--repeats={args.repeats}"]
     passed += [f"--new-tokens={args.new_tokens}", f"--threads={args.threads}"]

@@ -24,12 +24,12 @@ import argparse
 import asyncio
 import dataclasses
 import json
-import os
 import statistics
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from async_grpo.actors.cores import usable_cpus
 from async_grpo.config.placement import PlacementConfig, three_local_hosts
 from async_grpo.config.presets import tiny
 
@@ -71,7 +71,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
-    print(f"tiny preset, {args.steps} train steps per run, seeds {seeds}, {os.cpu_count()} CPUs")
+    print(f"tiny preset, {args.steps} train steps per run, seeds {seeds}, {usable_cpus()} CPUs")
     with tempfile.TemporaryDirectory() as tmp:
         rows = [bench(p, args.steps, s, Path(tmp)) for s in seeds for p in PLACEMENTS]
     print(

@@ -22,11 +22,11 @@ import argparse
 import asyncio
 import dataclasses
 import json
-import os
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from async_grpo.actors.cores import usable_cpus
 from async_grpo.config.args import apply_overrides
 from async_grpo.config.presets import PRESETS
 from async_grpo.config.schema import ConfigError
@@ -110,7 +110,7 @@ def main() -> None:
             parser.error(f"--set: {e}")
     print(
         f"tiny model, {args.steps} train steps, {args.seeds} seed(s) per task, "
-        f"eval every {args.eval_every} steps, {os.cpu_count()} CPUs"
+        f"eval every {args.eval_every} steps, {usable_cpus()} CPUs"
         + "".join(f", {k}={v}" for k, v in extra.items())
     )
     header = f"{'task':8} {'seed':>4} {'eval start':>10} {'eval end':>9} {'eval>=0.9 at':>13} "

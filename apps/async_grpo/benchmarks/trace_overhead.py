@@ -22,13 +22,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
 from async_grpo import tracing
+from async_grpo.actors.cores import usable_cpus
 from async_grpo.config.args import apply_overrides
 from async_grpo.config.presets import tiny
 from async_grpo.launch.prepare import prepare
@@ -83,7 +83,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     steps, pairs = (40, 1) if args.quick else (args.steps, args.pairs)
-    print(f"tiny preset, {steps} train steps per run, {pairs} off/on pairs, {os.cpu_count()} CPUs")
+    print(f"tiny preset, {steps} train steps per run, {pairs} off/on pairs, {usable_cpus()} CPUs")
     runs: list[dict[str, object]] = []
     rates: dict[bool, list[float]] = {False: [], True: []}
     density: list[float] = []

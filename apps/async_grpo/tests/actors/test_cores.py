@@ -5,6 +5,7 @@ there."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -157,3 +158,25 @@ def test_kept_memory_serves_the_next_step_without_page_faults() -> None:
     # Measured 0.4 a pass alone, 24 with the app's other tests running beside it (what else
     # touches new pages, such as the interpreter's own arenas, varies): far below the default.
     assert faults < plain / 5, (faults, plain)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs CPU affinity (Linux)")
+def test_usable_cpus_counts_the_cpus_a_confined_process_may_use() -> None:
+    """Under `taskset` (an affinity of one CPU) the machine still has all its CPUs, and a
+    benchmark that prints or divides by them would count cores it cannot use."""
+    code = textwrap.dedent(
+        """
+        import os
+        from async_grpo.actors.cores import usable_cpus
+        before = usable_cpus()
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+        print(before, usable_cpus(), os.cpu_count())
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    before, confined, machine = map(int, done.stdout.split())
+    assert before == len(os.sched_getaffinity(0))
+    assert confined == 1
+    assert machine == os.cpu_count()

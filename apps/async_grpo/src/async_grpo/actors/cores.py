@@ -14,6 +14,15 @@ from pathlib import Path
 import torch
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on: its affinity where the OS keeps one (`taskset`, a
+    container's cpuset), else every CPU the machine has. `os.cpu_count()` counts the
+    machine's, which a process confined to fewer cannot use."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def share_cores(nice: int = 0) -> None:
     """One torch thread: the run's processes share the cores, and a process with more
     threads than its share only makes them wait for one another. With `nice` > 0 every
