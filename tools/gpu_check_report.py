@@ -37,7 +37,10 @@ def summarize(work: Path, out: Path) -> int:
     parts["gpu_tests"]["tests"] = _junit(sorted(work.glob("junit-*.xml")))
     parts["weight_sync"]["result"] = _read_json(work / "weight_sync.json")
     parts["app"]["result"] = _app(work / "app", work / "memory.jsonl", mode)
-    parts["async_vs_sync"]["result"] = _read_json(work / "async_vs_sync.json")
+    parts["async_vs_sync"]["result"] = {
+        "all_cpus": _read_json(work / "async_vs_sync.json"),
+        "two_cpus": _read_json(work / "async_vs_sync_2cpus.json"),
+    }
     # "not run": left out by GPU_CHECK_PARTS.
     failed = [n for n, p in parts.items() if p["status"] not in ("passed", "skipped", "not run")]
     report = {
@@ -359,7 +362,9 @@ def _one_line(name: str, p: dict[str, Any]) -> str:
             text += " (cuda_ipc skipped: no CUDA device)"
         return text + ("" if r["bit_for_bit"] else ", NOT bit for bit")
     if name == "async_vs_sync":
-        return _modes_line(p.get("result"))
+        r = p.get("result") or {}
+        every, two = (_modes_line(r.get(k)) for k in ("all_cpus", "two_cpus"))
+        return f"[the tiny preset, all CPUs] {every}; [2 CPUs] {two}"
     r = p.get("result")
     if not r or "steps" not in r:
         return "-"
@@ -386,7 +391,7 @@ def _modes_line(rows: Any) -> str:
     if sync is None or async_ is None:
         return "-"
     ratio = async_["episodes_per_s"] / sync["episodes_per_s"] if sync["episodes_per_s"] else None
-    text = f"[the tiny preset on the CPUs] sync {sync['episodes_per_s']:.1f} episodes/s, "
+    text = f"sync {sync['episodes_per_s']:.1f} episodes/s, "
     text += f"async {async_['episodes_per_s']:.1f} ({_fmt(ratio, 2)}x), async trainer idle "
     text += f"{async_['trainer_idle_frac']:.1%}, trained/generated {async_['trained_frac']:.1%}"
     if "cycle_ms" in sync and "cycle_ms" in async_:
