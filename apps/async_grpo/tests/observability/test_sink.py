@@ -111,4 +111,6 @@ def test_a_checkpoints_row_that_is_not_json_is_named(tmp_path: Path) -> None:
         sink.rewind("{not json\n", good)
     with pytest.raises(ValueError, match="prompt row 1 has version '1'"):
         sink.rewind(json.dumps(step_row(version=1)) + "\n", '{"version": "1"}\n')
+    with pytest.raises(ValueError, match="prompt row 1 has version True"):
+        sink.rewind(json.dumps(step_row(version=1)) + "\n", '{"version": true}\n')
     sink.close()

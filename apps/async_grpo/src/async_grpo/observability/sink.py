@@ -142,6 +142,6 @@ def _version_of(line: str, which: str, i: int) -> int:
         raise ValueError(
             f"a checkpoint's {which} row {i} is not a JSON row with a version"
         ) from None
-    if not isinstance(version, int):
+    if isinstance(version, bool) or not isinstance(version, int):
         raise ValueError(f"a checkpoint's {which} row {i} has version {version!r}")
     return version
