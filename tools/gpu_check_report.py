@@ -1,8 +1,9 @@
 """The report half of `tools/gpu_check.sh` (`python3 tools/gpu_check.py summarize WORK OUT`):
 reads every part's files (junit XML of the gpu tests, the weight-sync JSON, the app's
 `metrics.jsonl`, `processes.json`, `trace.json` and the memory samples, the benchmark's JSON
-rows), writes `OUT/gpu_check.json` and prints the short table (`gpu_check_table.py`). Standard library only, so a broken install still
-gets its report; the app is read through its files, never imported.
+rows), writes `OUT/gpu_check.json` and prints the short table (`gpu_check_table.py`).
+Standard library only, so a broken install still gets its report; the app is read through
+its files, never imported.
 """
 
 from __future__ import annotations
