@@ -7,6 +7,10 @@ waits). Rates are measured from the end of the first train step (start-up exclud
 
     uv run python apps/async_grpo/benchmarks/async_vs_sync.py            # 120 steps each
     uv run python apps/async_grpo/benchmarks/async_vs_sync.py --quick --json out.json
+    uv run python apps/async_grpo/benchmarks/async_vs_sync.py -- --trainer.batch_size 256
+
+Run options after `--` (`async-grpo`'s own, except those this script sets: `--mode`,
+`--steps`, `--seed`, `--out_dir`, `--nice`, `--device`) change the preset for both modes.
 
 `--rounds N` runs each mode N times, alternating the order (sync then async, async then
 sync, ...), and pools each mode's runs: on a shared machine whose speed drifts over minutes
@@ -41,8 +45,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from async_grpo.actors.cores import usable_cpus
-from async_grpo.config.args import apply_overrides
+from async_grpo.config.args import apply_overrides, parse
 from async_grpo.config.presets import tiny
+from async_grpo.config.schema import ConfigError, RunConfig
+from async_grpo.config.validate import validate
 from async_grpo.observability.report.cycle import SEGMENTS, Cycles
 from async_grpo.observability.report.run_dir import load_run, run_cycles
 
@@ -50,8 +56,30 @@ if TYPE_CHECKING:
     from async_grpo.observability.console import Summary
 
 
+SET_HERE = ("--mode", "--steps", "--seed", "--out_dir", "--nice", "--device")
+"""Run options this script sets itself: not taken after `--`."""
+
+
+def base_config(run_options: list[str]) -> RunConfig:
+    """The tiny preset with `run_options` (`--section.field value`) applied: what both modes
+    run. Raises `ConfigError` naming a bad option, or one this script sets itself."""
+    for option in run_options:
+        if option.split("=", 1)[0] in SET_HERE:
+            raise ConfigError(f"{option.split('=', 1)[0]} is set by this script, not after --")
+    cfg = parse(run_options, tiny())
+    validate(cfg)
+    return cfg
+
+
 def bench(
-    mode: str, steps: int, seed: int, out: Path, *, nice: int | None, device: str | None
+    base: RunConfig,
+    mode: str,
+    steps: int,
+    seed: int,
+    out: Path,
+    *,
+    nice: int | None,
+    device: str | None,
 ) -> Summary:
     # Imported here, not at the top: `--help` answers without the seconds they take.
     from async_grpo.launch.prepare import prepare  # noqa: PLC0415
@@ -62,7 +90,7 @@ def bench(
         overrides["nice"] = str(nice)
     if device is not None:
         overrides["device"] = device
-    cfg = apply_overrides(tiny(), overrides)
+    cfg = apply_overrides(base, overrides)
     return asyncio.run(run(cfg, prepare(cfg), quiet=True))
 
 
@@ -91,7 +119,14 @@ def main() -> None:
         help="the runs' --device (default: the preset's, auto); cpu on a GPU machine measures "
         "its CPU cores",
     )
+    parser.add_argument(
+        "run_options", nargs="*", help="after --: options of `async-grpo` for both modes"
+    )
     args = parser.parse_args()
+    try:
+        base = base_config(args.run_options)
+    except ConfigError as e:
+        parser.error(f"run options: {e}")
     if args.nice is not None and not 0 <= args.nice <= 19:
         parser.error(f"--nice must be in 0..19 (a Linux nice value), got {args.nice}")
     if args.rounds < 1:
@@ -102,6 +137,7 @@ def main() -> None:
         f"tiny preset, {steps} train steps per run, {args.rounds} run(s) per mode, "
         f"seed {args.seed}, nice {nice}, device {args.device or tiny().device}, "
         f"{usable_cpus()} CPUs"
+        + (f", run options {' '.join(args.run_options)}" if args.run_options else "")
     )
     runs: dict[str, list[Summary]] = {"sync": [], "async": []}
     cycles: dict[str, list[Cycles]] = {"sync": [], "async": []}
@@ -109,7 +145,9 @@ def main() -> None:
         for i in range(args.rounds):
             for mode in ("sync", "async") if i % 2 == 0 else ("async", "sync"):
                 out = Path(tmp) / f"{mode}-{i}"
-                runs[mode].append(bench(mode, steps, args.seed, out, nice=nice, device=args.device))
+                runs[mode].append(
+                    bench(base, mode, steps, args.seed, out, nice=nice, device=args.device)
+                )
                 found = run_cycles(load_run(out))
                 if found is None:
                     print(f"{mode} run {i}: no cycle (no trace, or batches younger than the bound)")
