@@ -167,10 +167,13 @@ def all_quoted() -> list[Quoted]:
 
 
 def flags(args: tuple[str, ...]) -> list[str]:
-    """The `--options` of a command line, a usage synopsis's brackets stripped."""
+    """The `--options` of a command line, a usage synopsis's brackets stripped, up to a bare
+    `--` (what follows is handed on: the run options of a benchmark that starts runs)."""
     out = []
     for token in args:
         bare = token.lstrip("[").rstrip("]")
+        if bare == "--":
+            break
         if bare.startswith("--"):
             out.append(bare.split("=", 1)[0].split("|", 1)[0].rstrip("]"))
     return out
@@ -337,6 +340,12 @@ def test_a_wrong_option_in_a_doc_is_caught() -> None:
     assert [problem(q) for q in right] == [None]
     right = commands_in("doc.md", "`uv run async-grpo eval OUT_DIR --samples 8 --greedy false`")
     assert [problem(q) for q in right] == [None]
+    # After a bare `--` a benchmark hands the options on to the runs it starts.
+    bench = "uv run python apps/async_grpo/benchmarks/cpu_per_step.py"
+    right = commands_in("doc.md", f"`{bench} --quick -- --mode sync`")
+    assert [problem(q) for q in right] == [None]
+    wrong = commands_in("doc.md", f"`{bench} --quik -- --mode sync`")
+    assert [problem(q) is not None for q in wrong] == [True]
 
 
 def _help_args(quoted: Quoted) -> list[str]:
