@@ -104,6 +104,7 @@ def test_one_reading_order(doc: str) -> None:
         *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md")),
         *sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("packages/*/README.md")),
         *sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("apps/*/README.md")),
+        *sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("apps/*/docs/*.md")),
     ],
 )
 def test_docs_speak_to_users(doc: str) -> None:
