@@ -183,3 +183,25 @@ def test_usable_cpus_counts_the_cpus_a_confined_process_may_use() -> None:
     assert before == len(os.sched_getaffinity(0))
     assert confined == 1
     assert confined < machine  # what os.cpu_count() would have said
+
+
+def test_a_process_that_aborts_says_where_its_python_was() -> None:
+    """A process set up by `share_cores` that dies of SIGABRT prints its Python stack first."""
+    code = textwrap.dedent(
+        """
+        import os
+        from async_grpo.actors.cores import share_cores
+
+        def deep_in_the_step():
+            os.abort()
+
+        share_cores(0)
+        deep_in_the_step()
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == -6, done.returncode  # still dies of the signal it got
+    assert "Fatal Python error: Aborted" in done.stderr, done.stderr
+    assert "deep_in_the_step" in done.stderr, done.stderr

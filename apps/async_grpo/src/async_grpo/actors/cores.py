@@ -1,11 +1,12 @@
 """How a run's process shares the machine with the run's other processes: its cores, the
-memory it frees, and its pauses for the garbage collector."""
+memory it frees, and its pauses for the garbage collector; and what it says if it crashes."""
 
 from __future__ import annotations
 
 import atexit
 import ctypes
 import ctypes.util
+import faulthandler
 import gc
 import os
 import sys
@@ -27,9 +28,19 @@ def share_cores(nice: int = 0) -> None:
     """One torch thread: the run's processes share the cores, and a process with more
     threads than its share only makes them wait for one another. With `nice` > 0 every
     thread of this process yields its core to the run's other processes when both could
-    run (`lower_priority`)."""
+    run (`lower_priority`). A crash of the process prints its threads' Python stacks first
+    (`report_crashes`)."""
     torch.set_num_threads(1)
     lower_priority(nice)
+    report_crashes()
+
+
+def report_crashes() -> None:
+    """On SIGSEGV, SIGABRT, SIGBUS, SIGFPE or SIGILL, every thread's Python stack goes to
+    stderr before the process dies (`faulthandler`). A rank that aborts inside a collective
+    or a native library otherwise leaves only `Killed(sig=6)` in its supervision event."""
+    if not faulthandler.is_enabled():
+        faulthandler.enable(all_threads=True)
 
 
 def lower_priority(nice: int) -> int:
