@@ -6,19 +6,12 @@ import re
 from pathlib import Path
 
 import pytest
+from quoted_commands import ROOT, markdown_files
 
-ROOT = Path(__file__).resolve().parents[1]
-SKIP_DIRS = {".git", ".venv", ".nox", ".offline", ".whl", "node_modules"}
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 
 
-def _markdown_files() -> list[Path]:
-    return sorted(
-        p for p in ROOT.rglob("*.md") if not SKIP_DIRS.intersection(p.relative_to(ROOT).parts)
-    )
-
-
-@pytest.mark.parametrize("doc", _markdown_files(), ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("doc", markdown_files(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_relative_links_resolve(doc: Path) -> None:
     text = re.sub(r"```.*?```", "", doc.read_text(), flags=re.DOTALL)  # code is not links
     broken = []
