@@ -195,6 +195,11 @@ def main() -> None:
         raise SystemExit("cpu_per_step.py reads /proc: Linux only")
     if args.rounds < 1:
         parser.error(f"--rounds must be at least 1, got {args.rounds}")
+    if args.rounds > 1 and not args.compare:
+        parser.error("--rounds counts the runs of each mode of --compare: add --compare")
+    if args.warm < 1 or args.measure < 1:
+        # The run's processes are named once it has trained a step, and a reading needs one.
+        parser.error(f"--warm and --measure must be at least 1, got {args.warm}, {args.measure}")
     if args.compare and any(o.split("=")[0] == "--mode" for o in args.run_options):
         parser.error("--compare runs both modes: leave --mode out of the run options")
     warm, steps = (30, 60) if args.quick else (args.warm, args.measure)
