@@ -1,12 +1,15 @@
-"""Shared fixtures: one tiny random-init Qwen2 checkpoint written with `save_pretrained`."""
+"""Shared fixtures: one tiny random-init Qwen2 checkpoint written with `save_pretrained`; and
+a failed test's report carries the stacks of its run's processes that crashed."""
 
 import os
 import sys
+from collections.abc import Generator
 from pathlib import Path
 
 import pytest
 from async_grpo.model.arch import ArchSpec
 from async_grpo.model.policy import write_random_checkpoint
+from async_grpo.observability.crashes import stacks_under
 from async_grpo.tasks.prompts import corpus_for
 
 # Monarch notices a dead process at its supervision poll: 1 s instead of the default 10 s
@@ -30,3 +33,18 @@ TEST_ARCH = ArchSpec(
 def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("tiny-qwen2")
     return write_random_checkpoint(path, TEST_ARCH, corpus_for("count", 1, 6), seed=0)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failed test whose run's processes crashed shows where: the stacks each wrote into
+    `<tmp_path>/.../crashes/` (`observability.crashes`) go into the failure's report, which
+    outlives the test's temporary folder (a CI log keeps only what pytest prints)."""
+    report = yield
+    tmp = getattr(item, "funcargs", {}).get("tmp_path")
+    if report.failed and call.when == "call" and isinstance(tmp, Path):
+        for path, text in stacks_under(tmp):
+            report.sections.append((f"stacks of a crashed process: {path}", text))
+    return report

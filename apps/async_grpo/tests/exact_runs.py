@@ -124,14 +124,16 @@ def kill_at_step(opts: dict[str, str], out: Path, step: int) -> None:
             proc.wait()
 
 
-def kill_trainer_at(step: int, started: list[Components]) -> StepCallback:
-    """An `on_step` that SIGKILLs the trainer's process once, when `step` is recorded (the
-    components of the run are the first of `started`)."""
+def kill_trainer_at(
+    step: int, started: list[Components], sig: signal.Signals = signal.SIGKILL
+) -> StepCallback:
+    """An `on_step` that sends `sig` to the trainer's process once, when `step` is recorded
+    (the components of the run are the first of `started`)."""
 
     def on_step(row: StepRow, result: TrainResult) -> None:
         del result
         if row.version == step and row.trainer_restores == 0:
-            os.kill(started[0].trainer.pid_list[0], signal.SIGKILL)
+            os.kill(started[0].trainer.pid_list[0], sig)
 
     return on_step
 
@@ -154,10 +156,13 @@ def assert_trainer_restored(lines: list[str], out: Path, killed_at: int) -> None
     assert last["restore_s"] > 0
 
 
-def resume_killing_the_trainer(out: Path, step: int, log: list[str]) -> Summary:
+def resume_killing_the_trainer(
+    out: Path, step: int, log: list[str], sig: signal.Signals = signal.SIGKILL
+) -> Summary:
     """Resumes the newest checkpoint in `out` as `async-grpo --resume --out_dir OUT` does (its
     config read and checked by `resume_config`, the run prepared by `prepare_start`) and
-    SIGKILLs the resumed run's trainer when `step` is recorded; `log` gets the run's lines."""
+    kills the resumed run's trainer with `sig` when `step` is recorded; `log` gets the run's
+    lines."""
     cfg, path = resume_config("", ["--out_dir", str(out)])
     start = prepare_start(cfg, path)
     started: list[Components] = []
@@ -166,7 +171,7 @@ def resume_killing_the_trainer(out: Path, step: int, log: list[str]) -> Summary:
         start.prep,
         resume=start.resume,
         quiet=True,
-        on_step=kill_trainer_at(step, started),
+        on_step=kill_trainer_at(step, started, sig),
         log=log.append,
         spawn=keeping(started),
     )

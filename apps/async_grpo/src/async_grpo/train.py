@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -37,6 +38,7 @@ from async_grpo.launch import signals
 from async_grpo.launch.prepare import Prepared, prepare
 from async_grpo.launch.spawn import spawn_components
 from async_grpo.observability.console import Reporter, Summary, stop_signal
+from async_grpo.observability.crashes import crash_dir, remove_empty
 from async_grpo.observability.metrics import RunMetrics, StepRow
 from async_grpo.observability.sink import MetricsSink
 from async_grpo.observability.wandb_run import WandbRun
@@ -70,6 +72,8 @@ async def run(
     # one's checkpoints go.
     if resume is None and (replaced := start_fresh(out_dir)):
         log(f"[a new run in {out_dir}: the finished run's checkpoints removed ({len(replaced)})]")
+    if resume is None:  # the stacks of a run this one does not go on from
+        shutil.rmtree(crash_dir(out_dir), ignore_errors=True)
     wandb = WandbRun(cfg, out_dir, resume=resume is not None) if cfg.metrics.wandb else None
     sink = MetricsSink(out_dir, wandb)
     (out_dir / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), default=str))
@@ -99,6 +103,7 @@ async def run(
     finally:
         restore()
         release_heap()
+        remove_empty(out_dir)  # what is left: the stacks of processes that crashed
         # After the trace is merged: a W&B run's report is written from it.
         sink.close(failed=failed)
     return reporter.summary(stop.signal, stop.sender)

@@ -1,6 +1,6 @@
-"""`actors.cores`: a process that yields its cores to the trainer and keeps its heap. Each
-case runs in a child process, since a priority lowered (or a malloc setting) cannot be undone
-there."""
+"""`actors.cores`: a process that yields its cores to the trainer, keeps its heap and reports
+its crash. Each case runs in a child process, since a priority lowered (or a malloc setting,
+or a fault handler) cannot be undone there."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 from typing import Any
 
 import pytest
+from async_grpo.observability.crashes import crash_note, read_crashes
 
 CHILD = textwrap.dedent(
     """
@@ -195,7 +197,7 @@ def test_a_process_that_aborts_says_where_its_python_was() -> None:
         def deep_in_the_step():
             os.abort()
 
-        share_cores(0)
+        share_cores()
         deep_in_the_step()
         """
     )
@@ -205,3 +207,53 @@ def test_a_process_that_aborts_says_where_its_python_was() -> None:
     assert done.returncode == -6, done.returncode  # still dies of the signal it got
     assert "Fatal Python error: Aborted" in done.stderr, done.stderr
     assert "deep_in_the_step" in done.stderr, done.stderr
+
+
+def test_a_process_that_aborts_leaves_its_stacks_in_the_crash_folder(tmp_path: Path) -> None:
+    """With a crash folder the stacks go to `<kind>-<pid>.txt` there, which `read_crashes`
+    finds by pid and reads where the crashing thread was; a process that ends cleanly leaves
+    no file behind."""
+    code = textwrap.dedent(
+        """
+        import os, sys, threading
+        from async_grpo.actors.cores import ProcessSetup, share_cores
+
+        def deep_in_the_step():
+            os.abort()
+
+        def idle():
+            threading.Event().wait()
+
+        share_cores(ProcessSetup(crash_dir=sys.argv[1]), "trainer")
+        threading.Thread(target=idle, daemon=True).start()  # another thread's stack too
+        print(os.getpid(), flush=True)
+        if sys.argv[2] == "abort":
+            deep_in_the_step()
+        """
+    )
+    folder = tmp_path / "crashes"
+
+    def run(how: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", code, str(folder), how],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    clean = run("exit")
+    assert clean.returncode == 0, clean.stderr
+    assert not list(folder.iterdir())  # its empty file removed at exit
+
+    done = run("abort")
+    assert done.returncode == -6, done.returncode  # still dies of the signal it got
+    assert "Fatal Python error" not in done.stderr  # written to the file instead
+    pid = int(done.stdout.split()[0])
+    (report,) = read_crashes(tmp_path, [pid, pid + 1])
+    assert report.path == folder / f"trainer-{pid}.txt"
+    assert report.error == "Fatal Python error: Aborted"
+    assert report.where.startswith("deep_in_the_step (<string>:"), report.where
+    text = report.path.read_text()
+    assert "in idle" in text  # every thread's stack
+    assert f"; pid {pid} crashed in deep_in_the_step" in crash_note([report])

@@ -70,13 +70,21 @@ def test_a_sigkilled_run_resumes_exactly_and_so_does_its_killed_trainer(
     clean: Path, tiny_checkpoint: Path, tmp_path: Path
 ) -> None:
     # Two failures, each repeated bit for bit: the whole run SIGKILLed at step 5, then, in the
-    # run resumed from its newest checkpoint, the trainer SIGKILLed when step 5 is recorded
-    # again (restored from the newest checkpoint then).
+    # run resumed from its newest checkpoint, the trainer aborted (SIGABRT, as a native
+    # library's failed check ends a process) when step 5 is recorded again (restored from
+    # the newest checkpoint then).
     kill_at_step(sync_options(tmp_path, tiny_checkpoint), tmp_path, KILL_AT)
     assert len(rows(tmp_path)) == KILL_AT  # step 5 was recorded, then everything was lost
     lines: list[str] = []
-    resume_killing_the_trainer(tmp_path, KILL_AT, lines)
+    resume_killing_the_trainer(tmp_path, KILL_AT, lines, signal.SIGABRT)
     assert_trainer_restored(lines, tmp_path, KILL_AT)
+    # Its death line says where it was, from the stacks it wrote as it died.
+    (died,) = [x for x in lines if x.startswith("[trainer died:")]
+    assert " crashed in " in died, died
+    assert "(Fatal Python error: Aborted), stacks in " in died, died
+    stacks = Path(died.split("stacks in ")[1].split(";")[0])
+    assert stacks.parent == tmp_path / "crashes"
+    assert "(most recent call first)" in stacks.read_text()
     assert rows(tmp_path)[-1]["resumes"] == 1
     assert [unaccounted(r) for r in rows(tmp_path)] == [0] * STEPS  # rolled back: lost
     assert trained(tmp_path) == trained(clean)

@@ -1,6 +1,6 @@
-"""A generator replica SIGKILLed mid-run: the run goes on, says so in one line when the replica
-dies and one when it is back, and counts both in the metrics; the restarted replica pulls
-the newest weights before it serves."""
+"""A generator replica killed mid-run: the run goes on, says so in one line when the replica
+dies (with where it was, when it could write its stacks) and one when it is back, and counts
+both in the metrics; the restarted replica pulls the newest weights before it serves."""
 
 import asyncio
 import os
@@ -38,7 +38,7 @@ def test_a_killed_generator_is_reported_and_counted(
         del result
         if row.version == 5:
             (pid,) = started[0].generator.status().replicas[0].pids
-            os.kill(pid, signal.SIGKILL)
+            os.kill(pid, signal.SIGABRT)  # as a native library's failed check ends it
             killed.append(pid)
 
     lines: list[str] = []
@@ -59,6 +59,10 @@ def test_a_killed_generator_is_reported_and_counted(
     died = [x for x in lines if "generator replica 0 died" in x]
     back = [x for x in lines if "generator replica 0 is back after" in x]
     assert len(died) == 1, lines
+    stacks = tmp_path / "crashes" / f"generator-{killed[0]}.txt"
+    assert f"; pid {killed[0]} crashed in " in died[0], died
+    assert f"(Fatal Python error: Aborted), stacks in {stacks}; restarting it" in died[0], died
+    assert "(most recent call first)" in stacks.read_text()
     assert len(back) == 1, lines
     assert lines.index(died[0]) < lines.index(back[0])
 

@@ -16,7 +16,7 @@ from typing import Any
 from replay_buffer import ReplayBufferActor, ReplayBufferConfig
 
 from async_grpo import tracing
-from async_grpo.actors.cores import settle_heap, share_cores
+from async_grpo.actors.cores import ProcessSetup, settle_heap, share_cores
 
 
 class BufferActor(ReplayBufferActor):
@@ -24,8 +24,8 @@ class BufferActor(ReplayBufferActor):
     waiting for room must not block the `sample_wait` that makes room, nor the other way
     round)."""
 
-    def __init__(self, config: ReplayBufferConfig, nice: int = 0) -> None:
-        share_cores(nice)
+    def __init__(self, config: ReplayBufferConfig, setup: ProcessSetup | None = None) -> None:
+        share_cores(setup, "buffer")
         super().__init__(config)
         tracing.start_from_env("buffer")
         settle_heap()

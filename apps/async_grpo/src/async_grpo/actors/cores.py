@@ -4,13 +4,16 @@ memory it frees, and its pauses for the garbage collector; and what it says if i
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import ctypes.util
+import dataclasses
 import faulthandler
 import gc
 import os
 import sys
 from pathlib import Path
+from typing import IO
 
 import torch
 
@@ -24,23 +27,73 @@ def usable_cpus() -> int:
     return os.cpu_count() or 1
 
 
-def share_cores(nice: int = 0) -> None:
+@dataclasses.dataclass(frozen=True)
+class ProcessSetup:
+    """How one of the run's processes is set up beside the others (`share_cores`): every
+    actor's constructor takes one."""
+
+    nice: int = 0
+    """Added to the process's scheduling priority; > 0 yields its cores to the run's other
+    processes when both could run (`lower_priority`)."""
+    crash_dir: str = ""
+    """Where a crash's stacks go (`report_crashes`); "" sends them to stderr."""
+
+
+def share_cores(setup: ProcessSetup | None = None, kind: str = "process") -> None:
     """One torch thread: the run's processes share the cores, and a process with more
-    threads than its share only makes them wait for one another. With `nice` > 0 every
-    thread of this process yields its core to the run's other processes when both could
-    run (`lower_priority`). A crash of the process prints its threads' Python stacks first
-    (`report_crashes`)."""
+    threads than its share only makes them wait for one another. With `setup.nice` > 0
+    every thread of this process yields its core to the run's other processes when both
+    could run (`lower_priority`). A crash of the process writes its threads' Python stacks
+    first (`report_crashes`), into `setup.crash_dir` as `<kind>-<pid>.txt`. No `setup`: nice
+    0, stacks to stderr."""
+    setup = setup if setup is not None else ProcessSetup()
     torch.set_num_threads(1)
-    lower_priority(nice)
-    report_crashes()
+    lower_priority(setup.nice)
+    report_crashes(setup.crash_dir, kind)
 
 
-def report_crashes() -> None:
-    """On SIGSEGV, SIGABRT, SIGBUS, SIGFPE or SIGILL, every thread's Python stack goes to
-    stderr before the process dies (`faulthandler`). A rank that aborts inside a collective
-    or a native library otherwise leaves only `Killed(sig=6)` in its supervision event."""
-    if not faulthandler.is_enabled():
-        faulthandler.enable(all_threads=True)
+_crash_file: IO[str] | None = None
+"""The open file `faulthandler` writes to (it keeps only its descriptor)."""
+
+
+def report_crashes(crash_dir: str = "", kind: str = "process") -> Path | None:
+    """On SIGSEGV, SIGABRT, SIGBUS, SIGFPE or SIGILL, every thread's Python stack is written
+    before the process dies (`faulthandler`), and it still dies of that signal. A rank that
+    aborts inside a collective or a native library otherwise leaves only `Killed(sig=6)` in
+    its supervision event.
+
+    With `crash_dir` the stacks go to `<crash_dir>/<kind>-<pid>.txt`, which the controller
+    reads when it hears of the death (`observability.crashes`): a child's stderr is its
+    parent's, lost with it when the parent is a test worker that crashed too. The file is
+    opened now (a signal handler cannot open one) and removed at a clean exit when empty.
+    Returns it; None when the stacks go to stderr, or went to a file already."""
+    global _crash_file  # noqa: PLW0603
+    if not crash_dir:
+        if not faulthandler.is_enabled():
+            faulthandler.enable(all_threads=True)
+        return None
+    if _crash_file is not None:  # one file a process: the first actor set up in it names it
+        return None
+    folder = Path(crash_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{kind}-{os.getpid()}.txt"
+    _crash_file = path.open("w")
+    faulthandler.enable(file=_crash_file, all_threads=True)
+    atexit.register(_close_crash_file, path)
+    return path
+
+
+def _close_crash_file(path: Path) -> None:
+    """At a clean exit: stacks to stderr again, and the file gone if nothing was written."""
+    global _crash_file  # noqa: PLW0603
+    if _crash_file is None:
+        return
+    faulthandler.enable(all_threads=True)
+    _crash_file.close()
+    _crash_file = None
+    with contextlib.suppress(OSError):
+        if path.stat().st_size == 0:
+            path.unlink()
 
 
 def lower_priority(nice: int) -> int:

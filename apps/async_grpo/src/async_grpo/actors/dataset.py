@@ -5,7 +5,7 @@ from __future__ import annotations
 from monarch.actor import Actor, endpoint
 
 from async_grpo import tracing
-from async_grpo.actors.cores import lower_priority, settle_heap
+from async_grpo.actors.cores import ProcessSetup, settle_heap, share_cores
 from async_grpo.config.schema import DataConfig
 from async_grpo.tasks.prompts import PromptStream, Sample
 
@@ -16,9 +16,13 @@ class DatasetActor(Actor):
     position of its own, so a restarted replica answers exactly as the one it replaces."""
 
     def __init__(
-        self, cfg: DataConfig, samples: list[Sample] | None, seed: int, nice: int = 0
+        self,
+        cfg: DataConfig,
+        samples: list[Sample] | None,
+        seed: int,
+        setup: ProcessSetup | None = None,
     ) -> None:
-        lower_priority(nice)
+        share_cores(setup, "dataset")
         tracing.start_from_env("dataset")
         self._stream = PromptStream(cfg, samples, seed)
         settle_heap()

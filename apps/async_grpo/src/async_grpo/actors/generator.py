@@ -19,7 +19,7 @@ from monarch.actor import Actor, endpoint
 
 from async_grpo import tracing
 from async_grpo.actors._test_hang import maybe_hang
-from async_grpo.actors.cores import settle_heap, share_cores
+from async_grpo.actors.cores import ProcessSetup, settle_heap, share_cores
 from async_grpo.config.schema import GeneratorConfig, LoraConfig, ModelConfig, SamplingConfig
 from async_grpo.generation.decoding import Completion
 from async_grpo.generation.engines import make_engine
@@ -42,9 +42,9 @@ class Generator(Actor):
         *,
         device: str = "auto",
         lora: LoraConfig | None = None,
-        nice: int = 0,
+        setup: ProcessSetup | None = None,
     ) -> None:
-        share_cores(nice)
+        share_cores(setup, "generator")
         gen = generator if generator is not None else GeneratorConfig()
         tracing.start_from_env("generator")
         self._engine = make_engine(

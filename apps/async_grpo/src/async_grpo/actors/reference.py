@@ -10,7 +10,7 @@ from monarch.actor import Actor, endpoint
 from replay_buffer import Episode
 
 from async_grpo import tracing
-from async_grpo.actors.cores import settle_heap, share_cores
+from async_grpo.actors.cores import ProcessSetup, settle_heap, share_cores
 from async_grpo.config.schema import SamplingConfig
 from async_grpo.grpo.batching import pack, sequence_logprobs_in_passes
 from async_grpo.model.policy import load_policy, load_tokenizer, torch_device, torch_dtype
@@ -26,8 +26,11 @@ class ReferenceModel(Actor):
         dtype: str = "float32",
         device: str = "auto",
         micro_batch_tokens: int = 0,
+        *,
+        setup: ProcessSetup | None = None,
     ) -> None:
-        share_cores()  # at the run's own priority: the loop waits on this process
+        # At the run's own priority (`setup.nice` 0): the loop waits on this process.
+        share_cores(setup, "reference")
         tracing.start_from_env("reference")
         self._device = torch_device(device)
         # In the policy's dtype, on the trainer's GPU (`launch/devices.py`): on a CPU, a

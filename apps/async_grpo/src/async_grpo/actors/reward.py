@@ -5,7 +5,7 @@ from __future__ import annotations
 from monarch.actor import Actor, endpoint
 
 from async_grpo import tracing
-from async_grpo.actors.cores import lower_priority, settle_heap
+from async_grpo.actors.cores import ProcessSetup, settle_heap, share_cores
 from async_grpo.tasks.math_reward import MathWorker
 from async_grpo.tasks.rewards import REWARDS, combined, parse_weights
 
@@ -13,8 +13,8 @@ from async_grpo.tasks.rewards import REWARDS, combined, parse_weights
 class RewardActor(Actor):
     """`fns` is a spec like "count" or "numeric:0.9,format:0.1" (see `rewards.parse_weights`)."""
 
-    def __init__(self, fns: str, nice: int = 0) -> None:
-        lower_priority(nice)
+    def __init__(self, fns: str, setup: ProcessSetup | None = None) -> None:
+        share_cores(setup, "reward")
         tracing.start_from_env("reward")
         weights = parse_weights(fns)
         table = dict(REWARDS)

@@ -28,7 +28,7 @@ from torch import Tensor
 
 from async_grpo import tracing
 from async_grpo.actors._test_hang import maybe_hang
-from async_grpo.actors.cores import settle_heap, share_cores
+from async_grpo.actors.cores import ProcessSetup, settle_heap, share_cores
 from async_grpo.checkpoint.trainer_state import CheckpointWriter, load_trainer_state
 from async_grpo.config.schema import SamplingConfig, TrainerConfig
 from async_grpo.grpo.loss import LossStats
@@ -78,8 +78,10 @@ class Trainer(Actor):
         *,
         restore: str | None = None,
         device: str = "auto",
+        setup: ProcessSetup | None = None,
     ) -> None:
-        share_cores()  # at the run's own priority: the loop waits on this process
+        # At the run's own priority (`setup.nice` 0): the loop waits on this process.
+        share_cores(setup, "trainer")
         torch.manual_seed(seed)
         model = load_policy(model_path, torch.float32)
         sharded = cfg.sharded

@@ -32,6 +32,7 @@ from async_grpo.controller.ledger import PromptLedger
 from async_grpo.controller.staleness import StalenessGate
 from async_grpo.launch.spawn import buffer_config
 from async_grpo.launch.trainer import spawn_trainer
+from async_grpo.observability.crashes import crash_note, read_crashes
 from async_grpo.observability.metrics import RunMetrics
 from async_grpo.observability.stuck import record_stuck, stuck_line
 
@@ -68,7 +69,8 @@ def replica_event_recorder(
                 if groups:
                     lost = f"; the {groups} groups it held are generated again"
                 asyncio.get_running_loop().create_task(gate.notify())
-            log(f"[{who} died: {event.reason}; restarting it{lost}]")
+            crashed = crash_note(read_crashes(cfg.out_dir, event.pids))
+            log(f"[{who} died: {event.reason}{crashed}; restarting it{lost}]")
         elif event.kind == "up":
             faults.replica_restarts += 1
             faults.replica_down_s += event.down_s or 0.0

@@ -26,6 +26,7 @@ from replay_buffer import ReplayBufferConfig
 from rl_envs import EnvironmentService, spawn_environment
 
 from async_grpo.actors.buffer import BufferActor
+from async_grpo.actors.cores import ProcessSetup
 from async_grpo.actors.dataset import DatasetActor
 from async_grpo.actors.generator import Generator
 from async_grpo.actors.reference import ReferenceModel
@@ -35,6 +36,7 @@ from async_grpo.launch.devices import GpuBlocks
 from async_grpo.launch.launchers import Hosts, start_hosts
 from async_grpo.launch.prepare import Prepared
 from async_grpo.launch.trainer import TrainerMesh, spawn_trainer
+from async_grpo.observability.crashes import crash_dir
 from async_grpo.tasks.environments import parse_env_weights
 
 # How long a call waits for a replica when none is serving: a respawned replica starts a
@@ -141,6 +143,9 @@ async def spawn_components(
     procs: list[ProcMesh] = []
     started: list[Service[Any]] = []
     hosts = start_hosts(prep.placement, cfg.placement, cfg.out_dir)
+    crashes = str(crash_dir(cfg.out_dir))
+    # The processes the loop waits on least yield their cores (`--nice`).
+    helper = ProcessSetup(cfg.nice, crashes)
 
     async def service(
         component: str, actor: type[Any], config: ServiceConfig, *args: Any, **kwargs: Any
@@ -164,7 +169,7 @@ async def spawn_components(
                 cfg.data,
                 prep.samples,
                 cfg.seed,
-                cfg.nice,
+                helper,
             ),
             service(
                 "buffer",
@@ -180,7 +185,7 @@ async def spawn_components(
                     endpoint_timeouts=(("sample_wait", BUFFER_SAMPLE_TIMEOUT_S),),
                 ),
                 buffer_config(cfg),
-                cfg.nice,
+                helper,
             ),
             service(
                 "generator",
@@ -200,14 +205,14 @@ async def spawn_components(
                 cfg.generator,
                 device=prep.devices.generator_device,
                 lora=cfg.trainer.lora,
-                nice=cfg.nice,
+                setup=helper,
             ),
             service(
                 "reward",
                 RewardActor,
                 service_config("reward", cfg.reward.replicas, cfg, prep, cfg.reward.call_timeout_s),
                 cfg.reward.fns,
-                cfg.nice,
+                helper,
             ),
             service(
                 "reference",
@@ -225,6 +230,7 @@ async def spawn_components(
                 cfg.model.dtype,
                 prep.devices.reference_device,
                 cfg.trainer.micro_batch_tokens,
+                setup=ProcessSetup(crash_dir=crashes),
             )
             if cfg.trainer.loss.kl_coef > 0
             else _ready(None),

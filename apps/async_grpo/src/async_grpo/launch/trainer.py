@@ -28,11 +28,13 @@ from monarch.actor import MeshFailure, ProcMesh, current_rank
 from replay_buffer import Episode
 from torch import Tensor
 
+from async_grpo.actors.cores import ProcessSetup
 from async_grpo.actors.trainer import Trainer, TrainResult
 from async_grpo.config.schema import RunConfig, TrainerConfig
 from async_grpo.grpo.step import add_stats
 from async_grpo.launch.launchers import Hosts
 from async_grpo.launch.prepare import Prepared
+from async_grpo.observability.crashes import crash_dir, crash_note, read_crashes
 from async_grpo.observability.stuck import STUCK_DIR, record_stuck, stuck_line
 from async_grpo.weight_sync.update import WeightUpdate, merge
 
@@ -71,7 +73,8 @@ def tolerate_trainer_deaths() -> None:
 class TrainerMesh:
     """The controller's handle on the trainer's ranks (one or more): every call goes to all
     of them, and their answers are merged into the whole batch's. A call to a trainer whose
-    process died raises `TrainerDied`; so does one it leaves unanswered past its deadline
+    process died raises `TrainerDied` (with where a rank that crashed was, from the stacks it
+    wrote into `<out_dir>/crashes/`); so does one it leaves unanswered past its deadline
     (`trainer.step_timeout_s`, `trainer.call_timeout_s`), after the stuck processes' stacks
     are saved into `<out_dir>/stuck/` and named in one line to `log`."""
 
@@ -102,7 +105,10 @@ class TrainerMesh:
             answers = await asyncio.wait_for(call, deadline)
         except SupervisionError as e:
             lines = str(e).strip().splitlines()
-            raise TrainerDied(lines[-1].strip() if lines else "a trainer process failed") from e
+            reason = lines[-1].strip() if lines else "a trainer process failed"
+            # Monarch names only the signal: where a rank was is in the stacks it wrote.
+            crashed = read_crashes(self._out_dir, self.pid_list)
+            raise TrainerDied(reason + crash_note(crashed)) from e
         except TimeoutError:
             # Alive but not answering: where it is stuck goes with the run before the
             # process is replaced (restored from the newest checkpoint, as after a death).
@@ -213,7 +219,10 @@ async def spawn_trainer(
 
         await setup_torch_elastic_env_async(mesh)
     args = (prep.model_path, cfg.trainer, cfg.sampling, cfg.seed, cfg.steps)
-    kwargs = {"device": prep.devices.trainer_device}
+    kwargs: dict[str, Any] = {
+        "device": prep.devices.trainer_device,
+        "setup": ProcessSetup(crash_dir=str(crash_dir(cfg.out_dir))),
+    }
     if restore is not None:
         kwargs["restore"] = str(restore)
     ranks = mesh.spawn("trainer", Trainer, *args, **kwargs)

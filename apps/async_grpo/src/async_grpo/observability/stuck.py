@@ -21,11 +21,27 @@ from pathlib import Path
 
 STUCK_DIR = "stuck"
 DUMP_TIMEOUT_S = 20.0
-# Frames of this project's code, as py-spy prints them: "name (path/to/file.py:123)".
-_PROJECT = re.compile(
-    r"^\s*(?P<name>\S+) \((?P<file>[^():]*/(?:async_grpo|rdma_tensor|actor_service|"
-    r"replay_buffer|dtensor_reshard|rl_envs)/[^():]*\.py):(?P<line>\d+)\)"
+PROJECT_PACKAGES = (
+    "async_grpo",
+    "rdma_tensor",
+    "actor_service",
+    "replay_buffer",
+    "dtensor_reshard",
+    "rl_envs",
 )
+# A frame as py-spy prints it: "name (path/to/file.py:123)".
+_FRAME = re.compile(r"^\s*(?P<name>\S+) \((?P<file>[^():]*\.py):(?P<line>\d+)\)")
+
+
+def project_file(path: str) -> str | None:
+    """`path` from its package on (`async_grpo/actors/trainer.py`) when it is a file of this
+    project's code, else None."""
+    parts = path.split("/")
+    # The last one: a checkout's `apps/async_grpo/src/async_grpo/...` names it twice.
+    for i in range(len(parts) - 2, -1, -1):
+        if parts[i] in PROJECT_PACKAGES:
+            return "/".join(parts[i:])
+    return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,9 +70,9 @@ def innermost_project_frame(dump: str) -> str:
     threads.sort(key=lambda block: "_Actor.handle" not in block)  # stable: endpoint first
     for block in threads:
         for line in block.splitlines():
-            m = _PROJECT.match(line)
-            if m:
-                where = m.group("file").split("/src/")[-1].split("site-packages/")[-1]
+            m = _FRAME.match(line)
+            where = project_file(m.group("file")) if m else None
+            if m and where is not None:
                 return f"{m.group('name')} ({where}:{m.group('line')})"
     return ""
 
