@@ -3,16 +3,20 @@ to an unsharded generator through dtensor-reshard, its checkpoint loaded by one 
 
 Real processes: a 2-rank trainer mesh (every parameter a `Shard(0)` DTensor), a one-process
 trainer fed the same batches, one generator replica, the replay buffer, dataset and reward
-actors, all driven by the loop's own functions (`rollout_prompts`, `sync_weights`).
+actors, all driven by the loop's own functions (`rollout_prompts`, `sync_weights`). And a whole
+run whose 2-rank trainer loses a rank to SIGABRT, restored from its checkpoint.
 """
 
 import asyncio
+import os
+import signal
 from pathlib import Path
 
 import pytest
 import torch
 from async_grpo.actors.buffer import BufferActor
 from async_grpo.actors.generator import Generator
+from async_grpo.actors.trainer import TrainResult
 from async_grpo.config.args import apply_overrides
 from async_grpo.config.presets import tiny
 from async_grpo.config.schema import RunConfig
@@ -22,9 +26,11 @@ from async_grpo.controller.rollout import rollout_prompts
 from async_grpo.launch.prepare import prepare
 from async_grpo.launch.spawn import Components, shutdown, spawn_components
 from async_grpo.launch.trainer import TrainerMesh, spawn_trainer
-from async_grpo.observability.metrics import RunMetrics
+from async_grpo.observability.metrics import RunMetrics, StepRow
+from async_grpo.train import run
 from dtensor_reshard import ShardedManifest
-from jobs import Parts
+from exact_runs import KILL_AT, assert_trainer_restored
+from jobs import Parts, keeping
 from rdma_tensor import Manifest
 
 pytestmark = pytest.mark.slow  # a whole run (or a whole set of processes)
@@ -145,3 +151,42 @@ def test_sharded_trainer_weights_reach_the_generator_bit_for_bit(
             await shutdown(c)
 
     asyncio.run(main())
+
+
+@pytest.mark.timeout(420)
+def test_a_sharded_trainer_whose_rank_aborts_is_restored(tmp_path: Path) -> None:
+    # Monarch reports a rank's death as the failure of its SPMD set-up actor's mesh too; the
+    # controller must take that as the trainer's death (restore it), not hand it to the
+    # hook that interrupts the controller, which ended the run at step 4 as if Ctrl-C.
+    cfg = apply_overrides(
+        tiny(),
+        {
+            "trainer.procs": "2",
+            "steps": "8",
+            "checkpoint.every": "2",
+            "eval_every": "0",
+            "out_dir": str(tmp_path),
+        },
+    )
+    started: list[Components] = []
+    aborted: list[int] = []
+
+    def on_step(row: StepRow, result: TrainResult) -> None:
+        del result
+        if row.version == KILL_AT and row.trainer_restores == 0:
+            aborted.append(started[0].trainer.pid_list[1])
+            os.kill(aborted[0], signal.SIGABRT)
+
+    lines: list[str] = []
+    summary = asyncio.run(
+        run(
+            cfg, prepare(cfg), quiet=True, on_step=on_step, log=lines.append, spawn=keeping(started)
+        )
+    )
+    assert summary.steps == 8, lines
+    assert not [x for x in lines if "SIGINT" in x], lines
+    assert_trainer_restored(lines, tmp_path, KILL_AT)
+    (died,) = [x for x in lines if x.startswith("[trainer died:")]
+    stacks = tmp_path / "crashes" / f"trainer-{aborted[0]}.txt"
+    assert f"; pid {aborted[0]} crashed in " in died, died
+    assert f"(Fatal Python error: Aborted), stacks in {stacks}; restoring it" in died, died

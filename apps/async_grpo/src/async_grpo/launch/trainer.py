@@ -17,6 +17,7 @@ import contextlib
 import functools
 import logging
 import os
+import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -41,7 +42,7 @@ from async_grpo.weight_sync.update import WeightUpdate, merge
 log = logging.getLogger(__name__)
 
 
-# Mesh names start with the name given at spawn; Monarch's own actors on every process the
+# The names the trainer's meshes are spawned with: Monarch's own actors on every process the
 # controller spawns are its log forwarders ("logger") and, sharded, "_SPMDActor".
 TRAINER_MESHES = ("trainer", "logger", "_SPMDActor")
 
@@ -58,8 +59,21 @@ class TrainerDied(RuntimeError):
     """A trainer process died (or was found dead); the message is Monarch's reason."""
 
 
+def mesh_name_prefix(name: str) -> str:
+    """A mesh name in lower case, letters and digits only: the name a mesh was spawned with
+    ("_SPMDActor") and the one Monarch reports in its failure ("spmdactor-3fKx..." in
+    Monarch 0.7) then share a prefix."""
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+_TRAINER_PREFIXES = tuple(mesh_name_prefix(m) for m in TRAINER_MESHES)
+
+
 def _trainer_mesh(failure: MeshFailure) -> bool:
-    return failure.mesh_name.startswith(TRAINER_MESHES)
+    # Compared as Monarch spells them: a sharded rank's death was reported as the failure of
+    # "spmdactor-...", which a match on "_SPMDActor" let through to the hook that ends the
+    # controller, instead of a restore.
+    return mesh_name_prefix(failure.mesh_name).startswith(_TRAINER_PREFIXES)
 
 
 _trainer_deaths = FaultFilter("a trainer process failed", _trainer_mesh)
