@@ -1,5 +1,6 @@
 """Ctrl-C (SIGINT) on `async-grpo` stops every process the app started, after a checkpoint,
-and names the process that sent it."""
+and names the process that sent it; a controller that crashes prints its Python stacks and
+takes every process it started with it."""
 
 import os
 import signal
@@ -88,3 +89,35 @@ def test_sigint_stops_every_process(tmp_path: Path) -> None:
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def test_a_controller_that_crashes_says_where_and_leaves_no_process(tmp_path: Path) -> None:
+    # SIGABRT, as a native library's failed check ends a process: the controller prints every
+    # thread's Python stack before it dies, and every process it started ends with it.
+    cmd = [sys.executable, "-m", "async_grpo.cli", "--preset", "tiny", "--steps", "100000"]
+    proc = subprocess.Popen(
+        [*cmd, "--log_every", "1", "--out_dir", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith("step    5"):
+                break
+        started = descendants(proc.pid)
+        assert started, "the run started no process"
+        os.kill(proc.pid, signal.SIGABRT)
+        rest = proc.stdout.read()
+        assert proc.wait(timeout=60) == -signal.SIGABRT
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "Fatal Python error: Aborted" in rest, rest[-2000:]
+    assert "(most recent call first)" in rest, rest[-2000:]
+    assert "run_watched" in rest, rest[-2000:]  # the main thread, waiting on the run's thread
+    deadline = time.monotonic() + 60
+    while [p for p in started if alive(p)] and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not [p for p in started if alive(p)], "processes outlived their controller"

@@ -13,6 +13,7 @@ from pathlib import Path
 from monarch._rust_bindings.monarch_hyperactor.supervision import SupervisionError
 from monarch.actor import ActorError
 
+from async_grpo.actors.cores import report_crashes
 from async_grpo.checkpoint.resume import resume_hint
 from async_grpo.config.schema import ConfigError, RunConfig
 from async_grpo.controller.cut import Cut, read_cut
@@ -46,6 +47,9 @@ def train(cfg: RunConfig, start: Start, spawn: Spawn | None = None) -> int:
     """Runs `cfg` from `start`: exit status 0 on success, 1 when the run fails, 2 when it is
     refused as it starts, 128 + the signal when a signal stopped it."""
     prep, resume = start.prep, start.resume
+    # A crash of the controller itself (a native library's abort, a segfault) prints every
+    # thread's Python stack here before the process dies; its processes end with it.
+    report_crashes()
     # A multi-turn run trains on its environments; `data.task` is then unused.
     task = f"env:{cfg.env.tasks}" if cfg.env.tasks else cfg.data.task
     print(
