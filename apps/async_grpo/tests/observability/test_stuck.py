@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from async_grpo.observability.stuck import innermost_project_frame, record_stuck, stuck_line
+from async_grpo.observability.stuck import (
+    _py_spy_error,
+    innermost_project_frame,
+    process_state,
+    record_stuck,
+    stuck_line,
+)
 
 DUMP = """Process 16683: python -m monarch._src.actor.bootstrap_main
 Python v3.11.7 (/usr/bin/python3.11)
@@ -65,3 +72,43 @@ def test_no_py_spy_is_said_not_hidden(tmp_path: Path, monkeypatch: pytest.Monkey
     (report,) = record_stuck(tmp_path, "x", [os.getpid()])
     assert report.path is None
     assert report.where() == "no stack: py-spy is not installed"
+
+
+def test_py_spys_own_message_not_the_backtrace_after_it() -> None:
+    stderr = (
+        "Error: Failed to get stack traces\n\nStack backtrace:\n"
+        "   0: anyhow::error::<impl anyhow::Error>::msg\n   9: main\n"
+    )
+    assert _py_spy_error(stderr) == "Failed to get stack traces"
+    assert _py_spy_error("something else went wrong\n") == "something else went wrong"
+    assert _py_spy_error("") == "failed"
+
+
+def test_every_rank_is_named_and_a_stopped_one_says_so(tmp_path: Path) -> None:
+    # Two ranks of one trainer: one blocked in this project's code, the other stopped (as a
+    # rank the others wait for in a collective). Both go into the one line.
+    code = "import threading, async_grpo.actors._test_hang as h\nh._hang_for_a_test()\n"
+    blocked = subprocess.Popen([sys.executable, "-c", code])
+    stopped = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        time.sleep(3.0)  # let them import and block
+        os.kill(stopped.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 10  # a signal is delivered when it next runs
+        while process_state(stopped.pid) != "stopped" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert process_state(stopped.pid) == "stopped"
+        reports = record_stuck(tmp_path, "trainer", [blocked.pid, stopped.pid])
+    finally:
+        for proc in (blocked, stopped):
+            proc.kill()
+            proc.wait()
+    assert [r.state for r in reports] == ["sleeping", "stopped"]
+    line = stuck_line("trainer", "train_step", 15, reports)
+    assert line.startswith(
+        f"[trainer stuck: no answer to `train_step` within 15 s; pid {blocked.pid} at "
+        "_hang_for_a_test (async_grpo/actors/_test_hang.py:"
+    ), line
+    assert f"; pid {stopped.pid}, stopped" in line, line
+    assert line.endswith(f"; stacks saved in {tmp_path / 'stuck'}]"), line
+    assert process_state(os.getpid()) == "running"
+    assert process_state(blocked.pid) == ""  # gone

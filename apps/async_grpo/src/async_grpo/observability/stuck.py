@@ -47,18 +47,60 @@ def project_file(path: str) -> str | None:
 @dataclasses.dataclass(frozen=True)
 class StuckReport:
     """A stuck process: its `pid`, the dump saved (None when there is none) and the innermost
-    frame of the project's code in it ("" when none was found), or why there is no dump."""
+    frame of the project's code in it ("" when none was found), or why there is no dump; and
+    its scheduling `state` before the dump (`process_state`)."""
 
     pid: int
     path: Path | None
     innermost: str
     problem: str = ""
+    state: str = ""
 
     def where(self) -> str:
         """The innermost project frame, or why it is not known."""
         if self.innermost:
             return self.innermost
         return self.problem or "no frame of this project's code in its stack"
+
+    def describe(self) -> str:
+        """`pid 123 at f (async_grpo/x.py:12)`, or `pid 124, stopped: no stack: ...`: the
+        state is named when it is neither running nor sleeping, which a hang's usual."""
+        state = f", {self.state}" if self.state not in {"", "running", "sleeping"} else ""
+        if self.innermost:
+            return f"pid {self.pid}{state} at {self.innermost}"
+        return f"pid {self.pid}{state}: {self.where()}"
+
+
+# /proc/<pid>/stat's state letters (proc(5)).
+_STATES = {
+    "R": "running",
+    "S": "sleeping",
+    "D": "in an uninterruptible wait (I/O, a driver)",
+    "T": "stopped",
+    "t": "stopped by a debugger",
+    "Z": "a zombie",
+    "X": "dead",
+}
+
+
+def process_state(pid: int) -> str:
+    """What the kernel says `pid` is doing (`stopped`, `sleeping`, ...); "" when it is
+    unknown (no /proc, or the process is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    letter = stat.rsplit(")", 1)[1].split()[0]
+    return _STATES.get(letter, letter)
+
+
+def _py_spy_error(stderr: str) -> str:
+    """py-spy's own message (its `Error: ...` line), not the backtrace it may print after."""
+    lines = [x.strip() for x in stderr.splitlines() if x.strip()]
+    for line in lines:
+        if line.startswith("Error:"):
+            return line.removeprefix("Error:").strip()
+    return lines[-1] if lines else "failed"
 
 
 def innermost_project_frame(dump: str) -> str:
@@ -87,8 +129,9 @@ def record_stuck(out_dir: Path, label: str, pids: Sequence[int]) -> list[StuckRe
     stamp = time.strftime("%Y%m%d-%H%M%S")
     reports = []
     for pid in pids:
+        state = process_state(pid)  # before py-spy pauses it to read it
         if py_spy is None:
-            reports.append(StuckReport(pid, None, "", "no stack: py-spy is not installed"))
+            reports.append(StuckReport(pid, None, "", "no stack: py-spy is not installed", state))
             continue
         try:
             done = subprocess.run(
@@ -99,29 +142,31 @@ def record_stuck(out_dir: Path, label: str, pids: Sequence[int]) -> list[StuckRe
                 check=False,
             )
         except subprocess.TimeoutExpired:
-            reports.append(
-                StuckReport(pid, None, "", f"no stack: py-spy took over {DUMP_TIMEOUT_S:g} s")
-            )
+            took = f"no stack: py-spy took over {DUMP_TIMEOUT_S:g} s"
+            reports.append(StuckReport(pid, None, "", took, state))
             continue
         if done.returncode != 0:
-            why = (done.stderr.strip().splitlines() or ["failed"])[-1]
-            reports.append(StuckReport(pid, None, "", f"no stack: py-spy: {why}"))
+            why = f"no stack: py-spy: {_py_spy_error(done.stderr)}"
+            reports.append(StuckReport(pid, None, "", why, state))
             continue
         folder = out_dir / STUCK_DIR
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{label}-{pid}-{stamp}.txt"
         path.write_text(done.stdout)
-        reports.append(StuckReport(pid, path, innermost_project_frame(done.stdout)))
+        reports.append(StuckReport(pid, path, innermost_project_frame(done.stdout), "", state))
     return reports
 
 
 def stuck_line(who: str, call: str, seconds: float, reports: Sequence[StuckReport]) -> str:
-    """One line for a stuck process: which, the call it did not answer, and where it was."""
+    """One line for a stuck component: which, the call it did not answer, and where each of
+    its processes was. A sharded trainer's ranks wait on each other, so the one that is
+    stopped, or whose stack cannot be read, is as much the clue as the frames of the rest."""
+    head = f"[{who} stuck: no answer to `{call}` within {seconds:g} s"
     if not reports:
-        return f"[{who} stuck: no answer to `{call}` within {seconds:g} s]"
-    first = reports[0]
-    saved = f"; stack saved to {first.path}" if first.path is not None else ""
-    return (
-        f"[{who} stuck: no answer to `{call}` within {seconds:g} s; pid {first.pid} at "
-        f"{first.where()}{saved}]"
-    )
+        return head + "]"
+    saved = [r.path for r in reports if r.path is not None]
+    if len(reports) == 1:
+        where = f"; stack saved to {saved[0]}" if saved else ""
+    else:
+        where = f"; stacks saved in {saved[0].parent}" if saved else ""
+    return f"{head}; {'; '.join(r.describe() for r in reports)}{where}]"
