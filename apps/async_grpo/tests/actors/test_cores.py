@@ -187,22 +187,29 @@ def test_usable_cpus_counts_the_cpus_a_confined_process_may_use() -> None:
     assert confined < machine  # what os.cpu_count() would have said
 
 
-def test_a_process_that_aborts_says_where_its_python_was() -> None:
-    """A process set up by `share_cores` that dies of SIGABRT prints its Python stack first."""
+# No crash folder, or one that cannot be made (a path under a file; another host's disk).
+@pytest.mark.parametrize("crash_dir", ["", "/dev/null/crashes"])
+def test_a_process_that_aborts_says_where_its_python_was(crash_dir: str) -> None:
+    """A process set up by `share_cores` that dies of SIGABRT prints its Python stack first,
+    to stderr when it has no crash folder to write to."""
     code = textwrap.dedent(
         """
-        import os
-        from async_grpo.actors.cores import share_cores
+        import os, sys
+        from async_grpo.actors.cores import ProcessSetup, share_cores
 
         def deep_in_the_step():
             os.abort()
 
-        share_cores()
+        share_cores(ProcessSetup(crash_dir=sys.argv[1]))
         deep_in_the_step()
         """
     )
     done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, "-c", code, crash_dir],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert done.returncode == -6, done.returncode  # still dies of the signal it got
     assert "Fatal Python error: Aborted" in done.stderr, done.stderr

@@ -66,18 +66,20 @@ def report_crashes(crash_dir: str = "", kind: str = "process") -> Path | None:
     reads when it hears of the death (`observability.crashes`): a child's stderr is its
     parent's, lost with it when the parent is a test worker that crashed too. The file is
     opened now (a signal handler cannot open one) and removed at a clean exit when empty.
-    Returns it; None when the stacks go to stderr, or went to a file already."""
+    Where the folder cannot be written (another host's disk, say) they go to stderr.
+    Returns the file; None when the stacks go to stderr, or went to a file already."""
     global _crash_file  # noqa: PLW0603
-    if not crash_dir:
+    if _crash_file is not None:  # one file a process: the first actor set up in it names it
+        return None
+    path = Path(crash_dir) / f"{kind}-{os.getpid()}.txt"
+    if crash_dir:
+        with contextlib.suppress(OSError):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _crash_file = path.open("w")
+    if _crash_file is None:
         if not faulthandler.is_enabled():
             faulthandler.enable(all_threads=True)
         return None
-    if _crash_file is not None:  # one file a process: the first actor set up in it names it
-        return None
-    folder = Path(crash_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{kind}-{os.getpid()}.txt"
-    _crash_file = path.open("w")
     faulthandler.enable(file=_crash_file, all_threads=True)
     atexit.register(_close_crash_file, path)
     return path
