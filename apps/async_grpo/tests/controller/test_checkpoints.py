@@ -149,3 +149,19 @@ def test_a_trainer_that_confirms_its_write(cfg: RunConfig) -> None:
     checkpoints = asyncio.run(take_and_finish())
     assert checkpoints.newest is not None
     assert checkpoints.newest.name == "step-000002"
+
+
+def test_a_trainer_lost_after_the_checkpoint_completed_keeps_it_taken(cfg: RunConfig) -> None:
+    # The write ended before the death: nothing is dropped, and the run (rolled back to this
+    # checkpoint) does not take it again.
+    async def take_finish_then_lose() -> Checkpoints:
+        checkpoints = Checkpoints(cfg, None, log=lambda _: None)
+        await checkpoints.take(source(cfg, Trainer(cfg, "answers")), 2)
+        await checkpoints.finish()
+        await checkpoints.abandon()
+        return checkpoints
+
+    checkpoints = asyncio.run(take_finish_then_lose())
+    assert checkpoints.newest is not None
+    assert checkpoints.newest.name == "step-000002"
+    assert checkpoints.taken == 2

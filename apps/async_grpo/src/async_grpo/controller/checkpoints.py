@@ -134,12 +134,15 @@ class Checkpoints:
             if self._partial is not None:  # failed after all: like a dropped one
                 self.taken = None
             return
+        if partial is None:  # none taken, or the last one complete: nothing to drop
+            self._writing = None
+            return
         if self._writing is not None:
             self._writing.cancel()
             with contextlib.suppress(BaseException):
                 await self._writing
-            if partial is not None:  # cancelled before it began, `_write` removed nothing
-                await asyncio.to_thread(shutil.rmtree, partial, ignore_errors=True)
+        # Cancelled before it began (`_write` removed nothing), or failed (it did).
+        await asyncio.to_thread(shutil.rmtree, partial, ignore_errors=True)
         self._writing = None
         self._partial = None
         self.taken = None
