@@ -214,3 +214,25 @@ def test_reading_a_run_needs_no_plotly() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "--device {auto,cuda,cpu}" in done.stdout
+
+
+def test_a_process_that_crashed_or_hung_is_a_note_on_the_page(tmp_path: Path) -> None:
+    run_dir = write_run(tmp_path / "run", 1)
+    (run_dir / "crashes").mkdir()
+    (run_dir / "crashes" / "trainer-71.txt").write_text(
+        "Fatal Python error: Aborted\n\nCurrent thread 0x1 (most recent call first):\n"
+        '  File "/r/src/async_grpo/grpo/step.py", line 140 in step\n'
+    )
+    (run_dir / "crashes" / "generator-72.txt").write_text("")  # killed outright: nothing
+    (run_dir / "stuck").mkdir()
+    (run_dir / "stuck" / "generator-0-73-20261130-140023.txt").write_text(
+        'Thread 73 (idle): "MainThread"\n'
+        "    _hang_for_a_test (/r/src/async_grpo/actors/_test_hang.py:41)\n"
+    )
+    (view,) = page_data(write_report(run_dir).read_text())["runs"]
+    assert view["notes"][-2:] == [
+        "trainer-71 crashed in step (async_grpo/grpo/step.py:140) (Fatal Python error: "
+        "Aborted): crashes/trainer-71.txt",
+        "generator-0-73 was stuck at _hang_for_a_test (async_grpo/actors/_test_hang.py:41): "
+        "stuck/generator-0-73-20261130-140023.txt",
+    ]

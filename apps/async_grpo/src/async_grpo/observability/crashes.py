@@ -66,18 +66,24 @@ def _library_file(path: str) -> str:
     return "/".join(tail.split("/")[-2:]) if tail.startswith("/") else tail
 
 
-def read_crashes(out_dir: str | Path, pids: Sequence[int]) -> list[CrashReport]:
-    """The stacks `pids` wrote as they died, for those that wrote any."""
+def read_crash(path: Path) -> CrashReport | None:
+    """The stacks in one `<kind>-<pid>.txt`; None when it is empty (the process alive, or
+    killed by a signal nothing can catch) or not such a file."""
+    pid = path.stem.rsplit("-", 1)[-1]
+    text = path.read_text(errors="replace") if pid.isdigit() else ""
+    if not text.strip():
+        return None
+    error = next(x for x in text.splitlines() if x.strip()).strip()
+    return CrashReport(int(pid), path, error, innermost_crash_frame(text))
+
+
+def read_crashes(out_dir: str | Path, pids: Sequence[int] | None = None) -> list[CrashReport]:
+    """The stacks `pids` (None: every process of the run) wrote as they died, for those
+    that wrote any."""
     folder = crash_dir(out_dir)
-    reports = []
-    for pid in pids:
-        for path in sorted(folder.glob(f"*-{pid}.txt")):
-            text = path.read_text(errors="replace")
-            if not text.strip():
-                continue  # alive, or killed by a signal nothing can catch
-            error = next((x for x in text.splitlines() if x.strip()), "").strip()
-            reports.append(CrashReport(pid, path, error, innermost_crash_frame(text)))
-    return reports
+    patterns = ["*.txt"] if pids is None else [f"*-{pid}.txt" for pid in pids]
+    found = (read_crash(path) for pattern in patterns for path in sorted(folder.glob(pattern)))
+    return [report for report in found if report is not None]
 
 
 def crash_note(reports: Sequence[CrashReport]) -> str:

@@ -1,5 +1,6 @@
 """What a run directory holds, read into one `RunData`: its metrics rows, its merged trace, its
-config and staleness bound; and the run's batch cycle (`cycle.py`) from them.
+config and staleness bound, and notes on what did not go as planned (a torn file, a process
+that crashed or was stuck); and the run's batch cycle (`cycle.py`) from them.
 
 Separate from the page (`build.py`) so that what only reads a run, such as
 `benchmarks/async_vs_sync.py`, needs neither plotly nor the page: the GPU machine runs it
@@ -13,7 +14,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from async_grpo.observability.crashes import CRASH_DIR, read_crashes
 from async_grpo.observability.report.cycle import Cycles, batch_cycles, trained_at_bound
+from async_grpo.observability.stuck import STUCK_DIR, innermost_project_frame
 from async_grpo.tracing.files import Trace, TraceError, load_trace, merge
 
 Row = dict[str, Any]
@@ -91,6 +94,7 @@ def load_run(run_dir: Path, max_policy_age: int | None = None) -> RunData:
         notes.append(f"the trace is unusable: {e}")
     if trace is not None:
         notes += trace.notes
+    notes += failure_notes(run_dir)
     if not rows and trace is None:
         raise ReportError(f"{run_dir}: nothing to report: " + "; ".join(notes))
     config_path = run_dir / "config.json"
@@ -99,6 +103,23 @@ def load_run(run_dir: Path, max_policy_age: int | None = None) -> RunData:
     age = _configured_age(config)
     age = age if age is not None else max_policy_age
     return RunData(run_dir, tuple(rows), trace, config, age, cut, tuple(notes))
+
+
+def failure_notes(run_dir: Path) -> list[str]:
+    """A note for each process of the run that crashed (its stacks in `crashes/`) or was
+    found stuck and replaced (its stack in `stuck/`), with where it was."""
+    notes = [
+        f"{r.path.stem} crashed in {r.where or 'a frame not found'} ({r.error}): "
+        f"{CRASH_DIR}/{r.path.name}"
+        for r in read_crashes(run_dir)
+    ]
+    for path in sorted((run_dir / STUCK_DIR).glob("*.txt")):
+        where = innermost_project_frame(path.read_text(errors="replace"))
+        label = path.stem.rsplit("-", 2)[0]  # `<component>-<pid>` of `...-<date>-<time>`
+        notes.append(
+            f"{label} was stuck at {where or 'a frame not found'}: {STUCK_DIR}/{path.name}"
+        )
+    return notes
 
 
 def _configured_age(config: dict[str, Any] | None) -> int | None:
