@@ -42,6 +42,26 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
+def start_run(out: Path, *python: str) -> subprocess.Popen[str]:
+    """`async-grpo --preset tiny` (started with `python` options) for far more steps than a
+    test waits for, a line a step, stdout and stderr piped together."""
+    cmd = [sys.executable, *python, "--preset", "tiny", "--steps", "100000", "--log_every", "1"]
+    return subprocess.Popen(
+        [*cmd, "--out_dir", str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+def wait_for_line(proc: subprocess.Popen[str], prefix: str, within_s: float = 240) -> None:
+    """Reads `proc`'s output up to a line starting with `prefix`."""
+    assert proc.stdout is not None
+    deadline = time.monotonic() + within_s
+    for line in proc.stdout:
+        if line.startswith(prefix):
+            return
+        assert time.monotonic() < deadline, f"no line {prefix!r} within {within_s:g} s"
+    raise AssertionError(f"the run ended before a line {prefix!r}")
+
+
 def test_sigint_stops_every_process(tmp_path: Path) -> None:
     # A test runner started in the background (`cmd &`) ignores SIGINT, and an ignored signal
     # stays ignored in its children: the run gets Python's Ctrl-C handler back first.
@@ -49,20 +69,9 @@ def test_sigint_stops_every_process(tmp_path: Path) -> None:
         "import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
         "runpy.run_module('async_grpo.cli', run_name='__main__', alter_sys=True)"
     )
-    cmd = [sys.executable, "-c", restore, "--preset", "tiny", "--steps", "100000"]
-    proc = subprocess.Popen(
-        [*cmd, "--log_every", "1", "--out_dir", str(tmp_path)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc = start_run(tmp_path, "-c", restore)
     try:
-        assert proc.stdout is not None
-        deadline = time.monotonic() + 240
-        for line in proc.stdout:
-            if line.startswith("step"):
-                break
-            assert time.monotonic() < deadline, "no train step within 240 s"
+        wait_for_line(proc, "step")
         children = descendants(proc.pid)
         assert len(children) >= 5  # dataset, buffer, trainer, 2 generators, reward, ...
         # Sent by a process of its own, which stays a moment, as a shell's `kill` would.
@@ -94,23 +103,14 @@ def test_sigint_stops_every_process(tmp_path: Path) -> None:
 def test_a_controller_that_crashes_says_where_and_leaves_no_process(tmp_path: Path) -> None:
     # SIGABRT, as a native library's failed check ends a process: the controller prints every
     # thread's Python stack before it dies, and every process it started ends with it.
-    cmd = [sys.executable, "-m", "async_grpo.cli", "--preset", "tiny", "--steps", "100000"]
-    proc = subprocess.Popen(
-        [*cmd, "--log_every", "1", "--out_dir", str(tmp_path)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc = start_run(tmp_path, "-m", "async_grpo.cli")
     try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if line.startswith("step    5"):
-                break
+        wait_for_line(proc, "step    5")
         started = descendants(proc.pid)
         assert started, "the run started no process"
         os.kill(proc.pid, signal.SIGABRT)
-        rest = proc.stdout.read()
-        assert proc.wait(timeout=60) == -signal.SIGABRT
+        rest, _ = proc.communicate(timeout=60)
+        assert proc.returncode == -signal.SIGABRT, rest[-2000:]
     finally:
         if proc.poll() is None:
             proc.kill()
