@@ -16,6 +16,7 @@ from async_grpo.observability.stuck import (
     process_state,
     record_stuck,
     stuck_line,
+    where_stuck,
 )
 
 DUMP = """Process 16683: python -m monarch._src.actor.bootstrap_main
@@ -110,5 +111,9 @@ def test_every_rank_is_named_and_a_stopped_one_says_so(tmp_path: Path) -> None:
     ), line
     assert f"; pid {stopped.pid}, stopped" in line, line
     assert line.endswith(f"; stacks saved in {tmp_path / 'stuck'}]"), line
+    # What the trainer's death then says: every rank; one process, only where it was.
+    assert where_stuck(reports).startswith(f"pid {blocked.pid} at _hang_for_a_test (")
+    assert f"; pid {stopped.pid}, stopped" in where_stuck(reports)
+    assert where_stuck(reports[:1]).startswith("at _hang_for_a_test (")
     assert process_state(os.getpid()) == "running"
     assert process_state(blocked.pid) == ""  # gone

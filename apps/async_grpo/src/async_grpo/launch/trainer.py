@@ -36,7 +36,7 @@ from async_grpo.grpo.step import add_stats
 from async_grpo.launch.launchers import Hosts
 from async_grpo.launch.prepare import Prepared
 from async_grpo.observability.crashes import crash_dir, crash_note, read_crashes
-from async_grpo.observability.stuck import STUCK_DIR, record_stuck, stuck_line
+from async_grpo.observability.stuck import STUCK_DIR, record_stuck, stuck_line, where_stuck
 from async_grpo.weight_sync.update import WeightUpdate, merge
 
 log = logging.getLogger(__name__)
@@ -128,7 +128,7 @@ class TrainerMesh:
             # process is replaced (restored from the newest checkpoint, as after a death).
             stuck = await asyncio.to_thread(record_stuck, self._out_dir, "trainer", self.pid_list)
             self._log(stuck_line("trainer", name, deadline, stuck))
-            where = f" (at {stuck[0].where()})" if stuck else ""
+            where = f" ({where_stuck(stuck)})" if stuck else ""
             raise TrainerDied(
                 f"no answer to `{name}` within {deadline:g} s{where}; stack in "
                 f"{self._out_dir / STUCK_DIR}"

@@ -157,6 +157,15 @@ def record_stuck(out_dir: Path, label: str, pids: Sequence[int]) -> list[StuckRe
     return reports
 
 
+def where_stuck(reports: Sequence[StuckReport]) -> str:
+    """Where a stuck component's processes were, in a few words: `at f (file:line)` for one
+    process; each process described (`StuckReport.describe`) for several, since a rank that
+    waits in a collective is not where the hang is."""
+    if len(reports) == 1:
+        return f"at {reports[0].where()}"
+    return "; ".join(r.describe() for r in reports)
+
+
 def stuck_line(who: str, call: str, seconds: float, reports: Sequence[StuckReport]) -> str:
     """One line for a stuck component: which, the call it did not answer, and where each of
     its processes was. A sharded trainer's ranks wait on each other, so the one that is
