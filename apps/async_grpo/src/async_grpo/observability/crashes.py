@@ -68,9 +68,13 @@ def _library_file(path: str) -> str:
 
 def read_crash(path: Path) -> CrashReport | None:
     """The stacks in one `<kind>-<pid>.txt`; None when it is empty (the process alive, or
-    killed by a signal nothing can catch) or not such a file."""
+    killed by a signal nothing can catch), unreadable or not such a file: a death is
+    handled whether or not its stacks can be read."""
     pid = path.stem.rsplit("-", 1)[-1]
-    text = path.read_text(errors="replace") if pid.isdigit() else ""
+    try:
+        text = path.read_text(errors="replace") if pid.isdigit() else ""
+    except OSError:
+        return None
     if not text.strip():
         return None
     error = next(x for x in text.splitlines() if x.strip()).strip()
