@@ -1,5 +1,5 @@
 """Multi-turn runs with real processes: the pattern preset end to end with a warm-up fill
-and an environment replica SIGKILLed mid-run; the calculator through the real sandbox;
+and an environment replica aborted (SIGABRT) mid-run; the calculator through the real sandbox;
 bad `--env.*` input refused before anything starts."""
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def test_pattern_run_warms_up_and_survives_a_killed_environment_replica(
             turn = await policy(conversation)
             if armed and not killed:
                 (pid,) = started[0].envs["pattern"].status().replicas[0].pids
-                os.kill(pid, signal.SIGKILL)
+                os.kill(pid, signal.SIGABRT)
                 killed.append(pid)
             return turn
 
@@ -74,7 +74,11 @@ def test_pattern_run_warms_up_and_survives_a_killed_environment_replica(
     assert dropped % cfg.sampling.group_size == 0, dropped
     assert all(r["episodes_dropped"] == 0 for r in got if r["version"] <= 4)
     assert [unaccounted(r) for r in got] == [0] * len(got)
-    assert any("pattern replica 0 died" in x for x in lines), lines
+    (died,) = [x for x in lines if "pattern replica 0 died" in x]
+    # An rl-envs replica writes its stacks as the app's processes do, and is named.
+    stacks = tmp_path / "crashes" / f"pattern-{killed[0]}.txt"
+    assert f"; pid {killed[0]} crashed in " in died, died
+    assert f"(Fatal Python error: Aborted), stacks in {stacks}; restarting it" in died, died
     assert any("pattern replica 0 is back after" in x for x in lines), lines
     # Evaluations ran on the held-out pattern tasks, group_size episodes each.
     assert [e.version for e in metrics.evals][:1] == [0]

@@ -4,18 +4,17 @@ memory it frees, and its pauses for the garbage collector; and what it says if i
 from __future__ import annotations
 
 import atexit
-import contextlib
 import ctypes
 import ctypes.util
 import dataclasses
-import faulthandler
 import gc
 import os
 import sys
 from pathlib import Path
-from typing import IO
 
 import torch
+
+from async_grpo.observability.crashes import report_crashes
 
 
 def usable_cpus() -> int:
@@ -50,52 +49,6 @@ def share_cores(setup: ProcessSetup | None = None, kind: str = "process") -> Non
     torch.set_num_threads(1)
     lower_priority(setup.nice)
     report_crashes(setup.crash_dir, kind)
-
-
-_crash_file: IO[str] | None = None
-"""The open file `faulthandler` writes to (it keeps only its descriptor)."""
-
-
-def report_crashes(crash_dir: str = "", kind: str = "process") -> Path | None:
-    """On SIGSEGV, SIGABRT, SIGBUS, SIGFPE or SIGILL, every thread's Python stack is written
-    before the process dies (`faulthandler`), and it still dies of that signal. A rank that
-    aborts inside a collective or a native library otherwise leaves only `Killed(sig=6)` in
-    its supervision event.
-
-    With `crash_dir` the stacks go to `<crash_dir>/<kind>-<pid>.txt`, which the controller
-    reads when it hears of the death (`observability.crashes`): a child's stderr is its
-    parent's, lost with it when the parent is a test worker that crashed too. The file is
-    opened now (a signal handler cannot open one) and removed at a clean exit when empty.
-    Where the folder cannot be written (another host's disk, say) they go to stderr.
-    Returns the file; None when the stacks go to stderr, or went to a file already."""
-    global _crash_file  # noqa: PLW0603
-    if _crash_file is not None:  # one file a process: the first actor set up in it names it
-        return None
-    path = Path(crash_dir) / f"{kind}-{os.getpid()}.txt"
-    if crash_dir:
-        with contextlib.suppress(OSError):
-            path.parent.mkdir(parents=True, exist_ok=True)
-            _crash_file = path.open("w")
-    if _crash_file is None:
-        if not faulthandler.is_enabled():
-            faulthandler.enable(all_threads=True)
-        return None
-    faulthandler.enable(file=_crash_file, all_threads=True)
-    atexit.register(_close_crash_file, path)
-    return path
-
-
-def _close_crash_file(path: Path) -> None:
-    """At a clean exit: stacks to stderr again, and the file gone if nothing was written."""
-    global _crash_file  # noqa: PLW0603
-    if _crash_file is None:
-        return
-    faulthandler.enable(all_threads=True)
-    _crash_file.close()
-    _crash_file = None
-    with contextlib.suppress(OSError):
-        if path.stat().st_size == 0:
-            path.unlink()
 
 
 def lower_priority(nice: int) -> int:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from typing import Any
 from actor_service import ReplicaEvent, Service, ServiceConfig, spawn_service
 from monarch.actor import ProcMesh
 from replay_buffer import ReplayBufferConfig
-from rl_envs import EnvironmentService, spawn_environment
+from rl_envs import EnvironmentService, make, spawn_environment
 
 from async_grpo.actors.buffer import BufferActor
 from async_grpo.actors.cores import ProcessSetup
@@ -36,7 +37,7 @@ from async_grpo.launch.devices import GpuBlocks
 from async_grpo.launch.launchers import Hosts, start_hosts
 from async_grpo.launch.prepare import Prepared
 from async_grpo.launch.trainer import TrainerMesh, spawn_trainer
-from async_grpo.observability.crashes import crash_dir
+from async_grpo.observability.crashes import ReportingCrashes, crash_dir
 from async_grpo.tasks.environments import parse_env_weights
 
 # How long a call waits for a replica when none is serving: a respawned replica starts a
@@ -264,6 +265,7 @@ async def spawn_envs(
     episodes each and answer them concurrently (a sandboxed program runs while other
     episodes step)."""
     envs: dict[str, EnvironmentService] = {}
+    crashes = str(crash_dir(cfg.out_dir))
     try:
         for name in parse_env_weights(cfg.env.tasks) if cfg.env.tasks else {}:
             config = service_config(
@@ -274,7 +276,9 @@ async def spawn_envs(
                 cfg.env.call_timeout_s,
                 max_in_flight_per_replica=64,
             )
-            envs[name] = await spawn_environment(name, config, hosts=hosts.for_service("env"))
+            # Its replicas write their crash stacks where the run's other processes do.
+            factory = ReportingCrashes(functools.partial(make, name), crashes, name)
+            envs[name] = await spawn_environment(factory, config, hosts=hosts.for_service("env"))
             service = envs[name].service
             assert isinstance(service, Service)  # spawned here, not a handle
             service.add_listener(on_replica_event)
