@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from async_grpo.observability.crashes import report_crashes
+from async_grpo.actors.crash_stacks import report_crashes
 
 
 def usable_cpus() -> int:

@@ -13,6 +13,7 @@ from pathlib import Path
 from monarch._rust_bindings.monarch_hyperactor.supervision import SupervisionError
 from monarch.actor import ActorError
 
+from async_grpo.actors.crash_stacks import report_crashes
 from async_grpo.checkpoint.resume import resume_hint
 from async_grpo.config.schema import ConfigError, RunConfig
 from async_grpo.controller.cut import Cut, read_cut
@@ -23,7 +24,6 @@ from async_grpo.launch.prepare import Prepared, prepare
 from async_grpo.launch.signals import run_watched
 from async_grpo.launch.spawn import buffer_config, spawn_components
 from async_grpo.observability.console import print_summary
-from async_grpo.observability.crashes import report_crashes
 from async_grpo.train import run
 
 

@@ -28,6 +28,7 @@ from rl_envs import EnvironmentService, make, spawn_environment
 
 from async_grpo.actors.buffer import BufferActor
 from async_grpo.actors.cores import ProcessSetup
+from async_grpo.actors.crash_stacks import ReportingCrashes
 from async_grpo.actors.dataset import DatasetActor
 from async_grpo.actors.generator import Generator
 from async_grpo.actors.reference import ReferenceModel
@@ -37,7 +38,7 @@ from async_grpo.launch.devices import GpuBlocks
 from async_grpo.launch.launchers import Hosts, start_hosts
 from async_grpo.launch.prepare import Prepared
 from async_grpo.launch.trainer import TrainerMesh, spawn_trainer
-from async_grpo.observability.crashes import ReportingCrashes, crash_dir
+from async_grpo.observability.crashes import crash_dir
 from async_grpo.tasks.environments import parse_env_weights
 
 # How long a call waits for a replica when none is serving: a respawned replica starts a

@@ -2,7 +2,7 @@
 
 Every process of a run writes its threads' Python stacks into `<out_dir>/crashes/` if it
 dies of a fatal signal (SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL), as `<kind>-<pid>.txt`
-(`report_crashes`, called as the process is set up). Monarch reports only the signal
+(`actors.crash_stacks`, set up with the process). Monarch reports only the signal
 (`Killed(sig=6)`), so when the controller hears of a death it looks for the dead processes'
 files here (`read_crashes`) and adds where each was to the line it prints (`crash_note`).
 A process that ends cleanly removes its empty file; one killed outright (SIGKILL) cannot,
@@ -12,15 +12,11 @@ than dead: `stuck.py`.)
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import dataclasses
-import faulthandler
-import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Any
 
 from async_grpo.observability.stuck import project_file
 
@@ -43,68 +39,6 @@ class CrashReport:
 def crash_dir(out_dir: str | Path) -> Path:
     """The run's folder of crash stacks."""
     return Path(out_dir) / CRASH_DIR
-
-
-_crash_file: IO[str] | None = None
-"""The open file `faulthandler` writes to (it keeps only its descriptor)."""
-
-
-def report_crashes(folder: str = "", kind: str = "process") -> Path | None:
-    """On SIGSEGV, SIGABRT, SIGBUS, SIGFPE or SIGILL, every thread's Python stack is written
-    before the process dies (`faulthandler`), and it still dies of that signal. A rank that
-    aborts inside a collective or a native library otherwise leaves only `Killed(sig=6)` in
-    its supervision event.
-
-    With `folder` the stacks go to `<folder>/<kind>-<pid>.txt`, which the controller reads
-    when it hears of the death (`read_crashes`): a child's stderr is its
-    parent's, lost with it when the parent is a test worker that crashed too. The file is
-    opened now (a signal handler cannot open one) and removed at a clean exit when empty.
-    Where the folder cannot be written (another host's disk, say) they go to stderr.
-    Returns the file; None when the stacks go to stderr, or went to a file already."""
-    global _crash_file  # noqa: PLW0603
-    if _crash_file is not None:  # one file a process: the first actor set up in it names it
-        return None
-    path = Path(folder) / f"{kind}-{os.getpid()}.txt"
-    if folder:
-        with contextlib.suppress(OSError):
-            path.parent.mkdir(parents=True, exist_ok=True)
-            _crash_file = path.open("w")
-    if _crash_file is None:
-        if not faulthandler.is_enabled():
-            faulthandler.enable(all_threads=True)
-        return None
-    faulthandler.enable(file=_crash_file, all_threads=True)
-    atexit.register(_close_crash_file, path)
-    return path
-
-
-def _close_crash_file(path: Path) -> None:
-    """At a clean exit: stacks to stderr again, and the file gone if nothing was written."""
-    global _crash_file  # noqa: PLW0603
-    if _crash_file is None:
-        return
-    faulthandler.enable(all_threads=True)
-    _crash_file.close()
-    _crash_file = None
-    with contextlib.suppress(OSError):
-        if path.stat().st_size == 0:
-            path.unlink()
-
-
-@dataclasses.dataclass(frozen=True)
-class ReportingCrashes:
-    """`factory(**kwargs)`, called in a process that first sets itself to write its stacks
-    into `folder` as `kind` (`report_crashes`): how a process whose set-up is not the app's
-    (an `rl-envs` environment replica, made from a factory) writes them too. Picklable, and
-    this module imports no torch, so the replica does not either."""
-
-    factory: Callable[..., Any]
-    folder: str
-    kind: str
-
-    def __call__(self, **kwargs: Any) -> Any:
-        report_crashes(self.folder, self.kind)
-        return self.factory(**kwargs)
 
 
 def innermost_crash_frame(text: str) -> str:
