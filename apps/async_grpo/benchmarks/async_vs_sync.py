@@ -63,10 +63,7 @@ SET_HERE = ("--mode", "--steps", "--seed", "--out_dir", "--nice", "--device")
 def base_config(run_options: list[str]) -> RunConfig:
     """The tiny preset with `run_options` (`--section.field value`) applied: what both modes
     run. Raises `ConfigError` naming a bad option, or one this script sets itself."""
-    for option in run_options:
-        if option.split("=", 1)[0] in SET_HERE:
-            raise ConfigError(f"{option.split('=', 1)[0]} is set by this script, not after --")
-    cfg = parse(run_options, tiny())
+    cfg = parse(run_options, tiny(), reserved=SET_HERE)
     validate(cfg)
     return cfg
 

@@ -208,10 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     from async_grpo.config.validate import validate  # noqa: PLC0415
 
     try:
-        for option in args.run_options:
-            if option.split("=", 1)[0] in SET_HERE:
-                raise ConfigError(f"{option.split('=', 1)[0]} is set by this script, not after --")
-        cfg = parse(args.run_options, tiny())
+        cfg = parse(args.run_options, tiny(), reserved=SET_HERE)
         validate(cfg)
     except ConfigError as e:
         parser.error(f"run options: {e}")

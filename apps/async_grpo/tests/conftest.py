@@ -45,6 +45,7 @@ def pytest_runtest_makereport(
     report = yield
     tmp = getattr(item, "funcargs", {}).get("tmp_path")
     if report.failed and call.when == "call" and isinstance(tmp, Path):
-        for path, text in stacks_under(tmp):
-            report.sections.append((f"stacks of a crashed process: {path}", text))
+        for crash in stacks_under(tmp):
+            text = crash.path.read_text(errors="replace")
+            report.sections.append((f"stacks of a crashed process: {crash.path}", text))
     return report

@@ -3,7 +3,7 @@
 import re
 
 import pytest
-from async_grpo.config.args import apply_overrides, take_flag
+from async_grpo.config.args import apply_overrides, parse, take_flag
 from async_grpo.config.presets import ARCHS, PRESETS, tiny
 from async_grpo.config.schema import ConfigError, LossConfig, RunConfig
 from async_grpo.config.validate import validate
@@ -130,3 +130,14 @@ def test_take_flag_takes_every_spelling_and_the_last_counts() -> None:
     assert take_flag(["--steps", "3"], "--resume") == (None, ["--steps", "3"])
     with pytest.raises(ConfigError, match="--ages needs a value"):
         take_flag(["--ages", "--steps", "3"], "--ages")
+
+
+@pytest.mark.parametrize(
+    "args", [["--steps", "5"], ["--steps=5"], ["--trainer.lr", "1e-3", "--seed", "2"]]
+)
+def test_an_option_the_caller_sets_itself_is_refused_by_name(args: list[str]) -> None:
+    # A benchmark's options after `--` (`async_vs_sync.py`, `chaos.py`): not its own.
+    name = "--seed" if "--seed" in args else "--steps"
+    with pytest.raises(ConfigError, match=f"^{name} is set by this script, not after --$"):
+        parse(args, tiny(), reserved=("--steps", "--seed"))
+    assert parse(["--trainer.lr", "1e-3"], tiny(), reserved=("--steps",)).trainer.lr == 1e-3

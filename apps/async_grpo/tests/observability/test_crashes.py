@@ -84,7 +84,7 @@ def test_the_stacks_anywhere_under_a_tests_folder(tmp_path: Path) -> None:
         (folder / "buffer-5.txt").write_text(text)
     (tmp_path / "first" / "notes.txt").write_text("not a crash file")
     found = stacks_under(tmp_path)
-    assert [(p.relative_to(tmp_path).as_posix(), t) for p, t in found] == [
-        ("first/crashes/buffer-5.txt", STACKS),
+    assert [(r.path.relative_to(tmp_path).as_posix(), r.error) for r in found] == [
+        ("first/crashes/buffer-5.txt", "Fatal Python error: Aborted"),
         ("second/nested/crashes/buffer-5.txt", "x"),
     ]

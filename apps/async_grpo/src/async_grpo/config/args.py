@@ -130,13 +130,23 @@ def _to_config_error(event: Any) -> None:
         raise ConfigError(f"{key}: {message}")
 
 
-def parse(args: Sequence[str], default: RunConfig, *, description: str | None = None) -> RunConfig:
+def parse(
+    args: Sequence[str],
+    default: RunConfig,
+    *,
+    description: str | None = None,
+    reserved: Sequence[str] = (),
+) -> RunConfig:
     """A new `RunConfig`: `default` with `--section.field value` arguments applied.
 
     `--help` prints the help (every field's docstring and its value in `default`) and raises
-    `SystemExit(0)`, as tyro does. A bad argument raises `ConfigError` naming it; `default`
-    itself is never modified.
+    `SystemExit(0)`, as tyro does. A bad argument raises `ConfigError` naming it, and so does
+    one of `reserved` (options the caller sets itself, such as a benchmark's `--steps`);
+    `default` itself is never modified.
     """
+    for arg in args:
+        if arg.split("=", 1)[0] in reserved:
+            raise ConfigError(f"{arg.split('=', 1)[0]} is set by this script, not after --")
     err = io.StringIO()
     try:
         with tyro_errors.on_parse_error(_to_config_error), contextlib.redirect_stderr(err):

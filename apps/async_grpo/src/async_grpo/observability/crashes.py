@@ -100,15 +100,11 @@ def crash_note(reports: Sequence[CrashReport]) -> str:
     )
 
 
-def stacks_under(folder: Path) -> list[tuple[Path, str]]:
+def stacks_under(folder: Path) -> list[CrashReport]:
     """Every crash stack file with something in it anywhere under `folder` (the runs of a
-    test, say), with its text."""
-    found = []
-    for path in sorted(folder.rglob(f"{CRASH_DIR}/*.txt")):
-        text = path.read_text(errors="replace")
-        if text.strip():
-            found.append((path, text))
-    return found
+    test, say)."""
+    found = (read_crash(path) for path in sorted(folder.rglob(f"{CRASH_DIR}/*.txt")))
+    return [report for report in found if report is not None]
 
 
 def remove_empty(out_dir: str | Path) -> None:
